@@ -1,0 +1,48 @@
+# Two commands matter: `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pikku
+PYTEST_ARGS ?=
+
+.PHONY: install test lint demo migrate worker clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Postgres when reachable (or required by PIKKU_REQUIRE_POSTGRES), else SQLite with a loud warning.
+test: $(STAMP)
+	@if $(PY) -m project.dbprobe "$(DATABASE_URL)"; then \
+		echo "==> tests on PostgreSQL ($(DATABASE_URL))"; \
+		DATABASE_URL="$(DATABASE_URL)" $(PY) -m pytest $(PYTEST_ARGS); \
+	elif [ -n "$$PIKKU_REQUIRE_POSTGRES" ]; then \
+		echo "ERROR: PIKKU_REQUIRE_POSTGRES is set but PostgreSQL at $(DATABASE_URL) is unreachable" >&2; exit 1; \
+	else \
+		echo "#################################################################"; \
+		echo "## WARNING: PostgreSQL unreachable at $(DATABASE_URL)"; \
+		echo "## Running on SQLite: tests marked 'postgres' are SKIPPED."; \
+		echo "#################################################################"; \
+		env -u DATABASE_URL $(PY) -m pytest -m "not postgres" $(PYTEST_ARGS); \
+	fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy pikku_workflows
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+demo: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py demo_server
+
+clean:
+	rm -rf $(VENV) db.sqlite3*

@@ -1,0 +1,47 @@
+"""pikku_workflows settings: `settings.PIKKU_WORKFLOWS`, then environment, then defaults; read on access."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    "DEFAULT_STEP_RETRIES": 5,
+    "STEP_LEASE_SECONDS": 60,
+    "RUN_LEASE_SECONDS": 30,
+    "INLINE_SLEEP_MAX_SECONDS": 5,
+    "RELAY_PENDING_AFTER_SECONDS": 30,
+    "STALLED_RUN_AFTER_SECONDS": 300,
+    "REDISPATCH_BACKOFF_SECONDS": 30,
+    "REDISPATCH_BACKOFF_MAX_SECONDS": 600,
+    "RECOVERY_BATCH": 100,
+    "TIMER_POLL_SECONDS": 0.2,
+    "RECOVERY_INTERVAL_SECONDS": 5,
+    "MODULES": [],
+    "ORCHESTRATOR_QUEUE": None,
+}
+
+
+class Settings:
+    """Attribute access to the settings; `override_settings(PIKKU_WORKFLOWS=...)` takes effect at once.
+
+    Numeric settings can also come from `PIKKU_<NAME>` environment variables, so end-to-end tests
+    can shrink leases and windows for worker subprocesses; the settings dict wins over both.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown pikku_workflows setting {name!r}")
+        configured = getattr(django_settings, "PIKKU_WORKFLOWS", {}) or {}
+        if name in configured:
+            return configured[name]
+        default = DEFAULTS[name]
+        from_env = os.environ.get(f"PIKKU_{name}")
+        if from_env is not None and isinstance(default, int | float):
+            return type(default)(float(from_env)) if isinstance(default, int) else float(from_env)
+        return default
+
+
+pikku_settings = Settings()

@@ -1,0 +1,177 @@
+"""Every status change of runs and steps: one guarded UPDATE (plus the step's history row) per move.
+
+A guard that matches no row is an illegal move (`InvalidTransition`), a stale attempt
+(`StepSuperseded`) or a run that stopped being ours (`RunInterrupted`); nothing is written then.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
+from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..querysets import DatabaseNow
+from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus, run_sources, step_sources
+
+HISTORY_TIMESTAMP = {
+    StepStatus.PENDING: "created_at",
+    StepStatus.SCHEDULED: "scheduled_at",
+    StepStatus.RUNNING: "running_at",
+    StepStatus.WAITING: "waiting_at",
+    StepStatus.SUCCEEDED: "succeeded_at",
+    StepStatus.FAILED: "failed_at",
+}
+
+
+def _checked_sources(what: str, target: str, allowed: frozenset[str], expected: Iterable[str] | None):
+    sources = frozenset(expected) if expected is not None else allowed
+    illegal = sources - allowed
+    if illegal:
+        raise InvalidTransition(what, sorted(illegal)[0], target)
+    return sources
+
+
+def move_run(
+    run_id: Any,
+    target: str,
+    *,
+    expected: Iterable[str] | None = None,
+    lease_holder: str | None = None,
+    **fields: Any,
+) -> None:
+    """Move a run to `target` if its status is one of `expected` (default: every legal source).
+
+    With `lease_holder`, the move also requires that holder to own the run lease.
+    """
+    sources = _checked_sources("run", target, run_sources(target), expected)
+    runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
+    if lease_holder is not None:
+        runs = runs.filter(lease_holder=lease_holder)
+    if target in TERMINAL_RUN_STATUSES:
+        fields.setdefault("finished_at", DatabaseNow())
+    elif target == RunStatus.RUNNING:
+        fields.setdefault("finished_at", None)
+    if runs.update(status=target, updated_at=DatabaseNow(), **fields):
+        return
+    current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if lease_holder is not None and current in sources:
+        raise RunInterrupted(f"run {run_id} lease is no longer held by this pass")
+    raise InvalidTransition("run", current, target)
+
+
+def guard_running_run_txn(run_id: Any, lease_holder: str | None, lease_seconds: float) -> None:
+    """Inside a transaction: prove the run is still running (and ours), renewing its lease.
+
+    Step creation and claims call this first, so a cancelled or suspended run starts nothing new;
+    the row lock it takes is held only until the short transaction commits.
+    """
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+    changes: dict[str, Any] = {"updated_at": DatabaseNow()}
+    if lease_holder is not None:
+        runs = runs.filter(lease_holder=lease_holder)
+        changes["lease_expires_at"] = DatabaseNow() + timedelta(seconds=lease_seconds)
+    if not runs.update(**changes):
+        raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+
+
+def create_step_txn(
+    run_id: Any,
+    step_key: str,
+    *,
+    status: str = StepStatus.PENDING,
+    **fields: Any,
+) -> WorkflowStep:
+    """Inside a transaction: insert a step with its first history row (attempt 1).
+
+    A step created straight into `running` keeps its `pending` moment as the history row's
+    created_at, so the timeline still shows both.
+    """
+    assert transaction.get_connection().in_atomic_block
+    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
+    step.save(force_insert=True)
+    history = WorkflowStepHistory(step=step, attempt=step.attempt, status=status)
+    if status != StepStatus.PENDING:
+        setattr(history, HISTORY_TIMESTAMP[status], step.created_at)
+    history.save(force_insert=True)
+    return step
+
+
+def move_step(
+    step: WorkflowStep,
+    target: str,
+    *,
+    expected: Iterable[str] | None = None,
+    new_attempt: bool = False,
+    extra_guard: dict[str, Any] | None = None,
+    **fields: Any,
+) -> None:
+    """Move `step` (as last read, fenced by its attempt) to `target`, with its history row.
+
+    `new_attempt` advances the attempt in the same guarded write, fencing out the previous
+    attempt's worker. `step` is updated in memory on success.
+    """
+    sources = _checked_sources("step", target, step_sources(target), expected)
+    with transaction.atomic():
+        _move_step_txn(step, target, sources, new_attempt, extra_guard or {}, fields)
+
+
+def _move_step_txn(
+    step: WorkflowStep,
+    target: str,
+    sources: frozenset[str],
+    new_attempt: bool,
+    extra_guard: dict[str, Any],
+    fields: dict[str, Any],
+) -> None:
+    guarded = WorkflowStep.objects.filter(
+        pk=step.pk, attempt=step.attempt, status__in=sources, **extra_guard
+    )
+    changes = {"status": target, "updated_at": DatabaseNow(), **fields}
+    if new_attempt:
+        changes["attempt"] = F("attempt") + 1
+    if not guarded.update(**changes):
+        _raise_refused(step, target)
+    history_values = {key: fields[key] for key in ("result", "error") if key in fields}
+    if new_attempt:
+        step.attempt += 1
+        history = WorkflowStepHistory(step_id=step.pk, attempt=step.attempt, status=target)
+        for key, value in history_values.items():
+            setattr(history, key, value)
+        if target != StepStatus.PENDING:
+            setattr(history, HISTORY_TIMESTAMP[target], timezone.now())
+        history.save(force_insert=True)
+    else:
+        _record_history(step, target, history_values)
+    step.status = target
+    for key, value in fields.items():
+        if not hasattr(value, "resolve_expression"):
+            setattr(step, key, value)
+
+
+def _record_history(step: WorkflowStep, target: str, values: dict[str, Any]) -> None:
+    # History times come from the application clock, like the rows' created_at.
+    changes = {"status": target, HISTORY_TIMESTAMP[target]: timezone.now(), **values}
+    if target == StepStatus.PENDING:
+        del changes["created_at"]
+    if not WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(
+        **changes
+    ):
+        # A crash between two writes in an older version left no row for this attempt: repair it.
+        WorkflowStepHistory.objects.create(step_id=step.pk, attempt=step.attempt, **changes)
+
+
+def _raise_refused(step: WorkflowStep, target: str) -> None:
+    current = WorkflowStep.objects.filter(pk=step.pk).values("status", "attempt").first()
+    if current is None:
+        raise InvalidTransition("step", None, target)
+    if current["attempt"] != step.attempt:
+        raise StepSuperseded(step.step_key, step.attempt)
+    raise InvalidTransition(f"step {step.step_key!r}", current["status"], target)

@@ -1,0 +1,245 @@
+"""Runs, steps, per-attempt step history, workflow versions and the operator audit trail."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+
+from .querysets import WorkflowRunQuerySet, WorkflowStepQuerySet
+from .status import RunStatus, StepStatus
+
+
+def _status_check(name: str, choices: type[models.TextChoices]) -> models.CheckConstraint:
+    # Django 5.1 renamed CheckConstraint(check=) to condition=; 5.2 and 6.x both take condition.
+    return models.CheckConstraint(condition=Q(status__in=choices.values), name=name)
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    state = models.JSONField(default=dict, blank=True)
+    planned_steps = models.JSONField(null=True, blank=True)
+    graph_hash = models.CharField(max_length=64, blank=True, default="")
+    code_version = models.CharField(max_length=64, blank=True, default="")
+    inline = models.BooleanField(default=False)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    subject_type = models.ForeignKey(
+        ContentType, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    subject = GenericForeignKey("subject_type", "subject_id")
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
+    )
+    parent_step = models.ForeignKey(
+        "WorkflowStep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    lease_holder = models.CharField(max_length=64, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    rerun_requested = models.BooleanField(default=False)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            _status_check("pikku_run_status_valid", RunStatus),
+            models.UniqueConstraint(
+                fields=["workflow", "idempotency_key"], name="pikku_run_idempotency_key_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
+            models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
+            models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
+            # The stalled-run sweep scans running runs by age.
+            models.Index(
+                fields=["updated_at"], name="pikku_run_running_updated", condition=Q(status="running")
+            ),
+            # The timer loop claims due parked runs.
+            models.Index(
+                fields=["wake_at"], name="pikku_run_wake_at", condition=Q(wake_at__isnull=False)
+            ),
+        ]
+        permissions = [
+            ("cancel_workflowrun", "Can cancel workflow runs"),
+            ("suspend_workflowrun", "Can suspend workflow runs"),
+            ("resume_workflowrun", "Can resume workflow runs"),
+            ("retry_workflowrun", "Can retry workflow runs"),
+            ("fork_workflowrun", "Can fork workflow runs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.status})"
+
+    @property
+    def is_settled(self) -> bool:
+        return self.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class WorkflowStep(models.Model):
+    """One durable unit of a run, unique per run by its step key; reused across attempts."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="steps")
+    step_key = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, default="function")
+    function_name = models.CharField(max_length=200, null=True, blank=True)
+    data = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=StepStatus.choices, default=StepStatus.PENDING)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    attempt_limit = models.PositiveIntegerField(default=6)
+    retries = models.PositiveIntegerField(default=5)
+    retry_delay = models.CharField(max_length=32, blank=True, default="")
+    timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    from_step_key = models.CharField(max_length=255, null=True, blank=True)
+    child_run = models.ForeignKey(
+        WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    branch_taken = models.CharField(max_length=200, null=True, blank=True)
+    copied = models.BooleanField(default=False)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkflowStepQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            _status_check("pikku_step_status_valid", StepStatus),
+            models.UniqueConstraint(fields=["run", "step_key"], name="pikku_step_run_key_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "status"], name="pikku_step_run_status"),
+            # Recovery relays pending/scheduled steps whose queue message may be lost.
+            models.Index(
+                fields=["updated_at"],
+                name="pikku_step_undispatched",
+                condition=Q(status__in=["pending", "scheduled"]),
+            ),
+            # Recovery re-claims running steps whose lease lapsed.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="pikku_step_running_lease",
+                condition=Q(status="running"),
+            ),
+            # The timer loop claims due sleeps and retry backoffs.
+            models.Index(
+                fields=["wake_at"], name="pikku_step_wake_at", condition=Q(wake_at__isnull=False)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_key} ({self.status}, attempt {self.attempt})"
+
+
+class WorkflowStepHistory(models.Model):
+    """One attempt of a step, with the time it reached each status."""
+
+    id = models.BigAutoField(primary_key=True)
+    step = models.ForeignKey(WorkflowStep, on_delete=models.CASCADE, related_name="history")
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True)
+    waiting_at = models.DateTimeField(null=True, blank=True)
+    succeeded_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "attempt"]
+        verbose_name_plural = "workflow step history"
+        constraints = [
+            _status_check("pikku_history_status_valid", StepStatus),
+            models.UniqueConstraint(fields=["step", "attempt"], name="pikku_history_step_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt} ({self.status})"
+
+
+class WorkflowVersion(models.Model):
+    """A version of a workflow definition, recorded when a run of it starts.
+
+    `graph_hash` is the version key: a graph workflow's topology hash, or a DSL workflow's
+    code fingerprint (also kept in `code_version`), so unique (name, graph_hash) holds for both.
+    """
+
+    class Kind(models.TextChoices):
+        DSL = "dsl", "DSL"
+        GRAPH = "graph", "Graph"
+        DYNAMIC = "dynamic", "Dynamic"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        DRAFT = "draft", "Draft"
+        DECLINED = "declined", "Declined"
+
+    name = models.CharField(max_length=200)
+    graph_hash = models.CharField(max_length=64)
+    code_version = models.CharField(max_length=64, blank=True, default="")
+    definition = models.JSONField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DSL)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "graph_hash"], name="pikku_version_name_hash"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.graph_hash}"
+
+
+class WorkflowAuditEntry(models.Model):
+    """An operator action on a run: who did what, why, and the status before and after."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="audit_entries")
+    step = models.ForeignKey(
+        WorkflowStep, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=32)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True, default="")
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "workflow audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.action} on {self.run_id}"

@@ -1,0 +1,70 @@
+"""Run and step statuses and the table of allowed status changes (pure: no queries)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUSPENDED = "suspended", "Suspended"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SCHEDULED = "scheduled", "Scheduled"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    WAITING = "waiting", "Waiting"
+
+
+TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
+    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    # retry_run gives a failed run a fresh attempt budget.
+    RunStatus.FAILED: frozenset({RunStatus.RUNNING}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+STEP_TRANSITIONS: dict[str, frozenset[str]] = {
+    StepStatus.PENDING: frozenset(
+        {StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.WAITING, StepStatus.SUCCEEDED}
+    ),
+    # A scheduled sleep fires straight to succeeded; a queued step is claimed to running.
+    StepStatus.SCHEDULED: frozenset({StepStatus.RUNNING, StepStatus.SUCCEEDED}),
+    # running -> running is a re-claim after a lapsed lease: a new attempt.
+    StepStatus.RUNNING: frozenset(
+        {StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.WAITING}
+    ),
+    StepStatus.WAITING: frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.RUNNING}),
+    # A new attempt: claimed directly (running), or re-armed by retry_run / an inline retry (pending).
+    StepStatus.FAILED: frozenset({StepStatus.RUNNING, StepStatus.PENDING}),
+    StepStatus.SUCCEEDED: frozenset(),
+}
+
+
+def run_can_move(current: str, target: str) -> bool:
+    return target in RUN_TRANSITIONS.get(current, frozenset())
+
+
+def step_can_move(current: str, target: str) -> bool:
+    return target in STEP_TRANSITIONS.get(current, frozenset())
+
+
+def run_sources(target: str) -> frozenset[str]:
+    """The statuses a run may move to `target` from."""
+    return frozenset(s for s, targets in RUN_TRANSITIONS.items() if target in targets)
+
+
+def step_sources(target: str) -> frozenset[str]:
+    """The statuses a step may move to `target` from."""
+    return frozenset(s for s, targets in STEP_TRANSITIONS.items() if target in targets)

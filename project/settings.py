@@ -1,0 +1,122 @@
+"""Settings of the demo/host project: SQLite by default, PostgreSQL when DATABASE_URL is set."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEVELOPMENT_SECRET_KEY = "django-insecure-pikku-workflows-development-only"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", DEVELOPMENT_SECRET_KEY)
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") != "0"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "rest_framework",
+    "pikku_workflows",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_from_environment() -> dict:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        # Workers need persistent connections (about 10x throughput); no psycopg pool:
+        # it broke django-q2 clusters (DESIGN §6).
+        return dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+        "OPTIONS": {
+            # Deferred transactions fail read-then-write claims with "database is locked";
+            # IMMEDIATE takes the write lock up front and waits up to `timeout` seconds for it.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        "TEST": {"NAME": str(BASE_DIR / "test_db.sqlite3")},
+    }
+
+
+DATABASES = {"default": database_from_environment()}
+
+AUTH_PASSWORD_VALIDATORS: list[dict] = []
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# The recommended django-q2 configuration for pikku_workflows (README, DESIGN §6).
+Q_CLUSTER = {
+    "name": "pikku",
+    "orm": "default",
+    "workers": int(os.environ.get("PIKKU_Q_WORKERS", "2")),
+    "timeout": 300,
+    "retry": 600,
+    "max_attempts": 1,
+    "ack_failures": True,
+    "save_limit": -1,
+    "poll": 0.1,
+    "catch_up": False,
+}
+
+PIKKU_WORKFLOWS: dict = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "pikku_workflows": {"handlers": ["console"], "level": os.environ.get("PIKKU_LOG", "INFO")}
+    },
+}

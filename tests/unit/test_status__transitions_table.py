@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from pikku_workflows.status import (
+    RUN_TRANSITIONS,
+    TERMINAL_RUN_STATUSES,
+    RunStatus,
+    StepStatus,
+    run_can_move,
+    run_sources,
+    step_can_move,
+)
+
+
+def test_run_transitions__terminal_statuses_are_final_except_failed_retry():
+    assert RUN_TRANSITIONS[RunStatus.COMPLETED] == frozenset()
+    assert RUN_TRANSITIONS[RunStatus.CANCELLED] == frozenset()
+    assert RUN_TRANSITIONS[RunStatus.FAILED] == {RunStatus.RUNNING}
+    assert TERMINAL_RUN_STATUSES == {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+
+
+def test_run_transitions__suspended_resumes_or_cancels_only():
+    assert run_can_move(RunStatus.SUSPENDED, RunStatus.RUNNING)
+    assert run_can_move(RunStatus.SUSPENDED, RunStatus.CANCELLED)
+    assert not run_can_move(RunStatus.SUSPENDED, RunStatus.COMPLETED)
+
+
+def test_run_sources__of_cancelled():
+    assert run_sources(RunStatus.CANCELLED) == {RunStatus.RUNNING, RunStatus.SUSPENDED}
+
+
+def test_step_transitions__succeeded_is_final():
+    for target in StepStatus.values:
+        assert not step_can_move(StepStatus.SUCCEEDED, target)
+
+
+def test_step_transitions__scheduled_never_goes_back_to_pending():
+    assert not step_can_move(StepStatus.SCHEDULED, StepStatus.PENDING)
+    assert step_can_move(StepStatus.PENDING, StepStatus.SCHEDULED)
