@@ -6,6 +6,9 @@ so the operations below import the engine lazily.
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import (
     ApprovalForbidden,
     ApprovalResolved,
@@ -29,6 +32,27 @@ from .exceptions import (
 )
 from .registry import step_function, workflow
 
+if TYPE_CHECKING:
+    from .engine.context import StepContext, Workflow
+
+_LAZY = {
+    "Workflow": "pikku_workflows.engine.context",
+    "StepContext": "pikku_workflows.engine.context",
+    "start_workflow": "pikku_workflows.engine.operations",
+    "run_to_completion": "pikku_workflows.engine.operations",
+    "resume_run": "pikku_workflows.engine.operations",
+    "get_run_status": "pikku_workflows.engine.summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The engine imports models; load it only when used, after apps are ready.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pikku_workflows' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
 __all__ = [
     "ApprovalForbidden",
     "ApprovalResolved",
@@ -42,13 +66,19 @@ __all__ = [
     "RunSuspended",
     "RunTimeout",
     "SignalTimeout",
+    "StepContext",
     "StepFailed",
     "StepFunctionNotFound",
     "StepResultNotSerializable",
     "StepSuperseded",
+    "Workflow",
     "WorkflowDispatchException",
     "WorkflowError",
     "WorkflowNotFound",
+    "get_run_status",
+    "resume_run",
+    "run_to_completion",
+    "start_workflow",
     "step_function",
     "workflow",
 ]

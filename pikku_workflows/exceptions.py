@@ -187,7 +187,7 @@ class StepSuperseded(WorkflowError):
         super().__init__(f"Attempt {attempt} of step {step_key!r} was superseded by a newer one.")
 
 
-class WorkflowSignal(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class WorkflowSignal(BaseException):
     """Stops the workflow body; the orchestrator decides what the run does next."""
 
 
@@ -202,6 +202,14 @@ class RunSuspendedSignal(WorkflowSignal):
         super().__init__(reason)
         self.reason = reason
         self.code = code
+
+
+class DispatchFailed(WorkflowSignal):
+    """A queue refused a message mid-body; the pass ends and the queue delivers it again."""
+
+    def __init__(self, error: WorkflowDispatchException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class RunInterrupted(WorkflowSignal):

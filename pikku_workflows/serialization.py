@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+# `\u0000` escapes a NUL only after an even number of backslashes; `\\u0000` is a literal
+# backslash followed by "u0000", which jsonb stores fine.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class NotStorableJson(ValueError):
@@ -20,6 +25,31 @@ def round_trip(value: Any) -> Any:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise NotStorableJson(str(exc)) from exc
-    if "\\u0000" in text:
+    if _NUL_ESCAPE.search(text):
         raise NotStorableJson("strings may not contain the NUL character (\\u0000)")
     return json.loads(text)
+
+
+def describe_error(
+    exc: BaseException, *, code: str | None = None, step_key: str | None = None
+) -> dict[str, Any]:
+    """The stored shape of an error: {code, message, type, traceback?, step_key?}."""
+    import traceback
+
+    error: dict[str, Any] = {
+        "code": code or getattr(exc, "code", None) or type(exc).__name__,
+        "message": str(exc) or type(exc).__name__,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    if step_key is not None:
+        error["step_key"] = step_key
+    return round_trip_or_text(error)
+
+
+def round_trip_or_text(value: dict[str, Any]) -> dict[str, Any]:
+    """An error dict made storable: any field jsonb refuses becomes its repr without NULs."""
+    try:
+        return round_trip(value)
+    except NotStorableJson:
+        return {key: repr(item).replace("\x00", "\\x00") for key, item in value.items()}

@@ -46,8 +46,8 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
         {StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.WAITING}
     ),
     StepStatus.WAITING: frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.RUNNING}),
-    # A new attempt: claimed directly (running), or re-armed by retry_run / an inline retry (pending).
-    StepStatus.FAILED: frozenset({StepStatus.RUNNING, StepStatus.PENDING}),
+    # A new attempt: claimed (running), re-armed by retry_run (pending), or a new child run (waiting).
+    StepStatus.FAILED: frozenset({StepStatus.RUNNING, StepStatus.PENDING, StepStatus.WAITING}),
     StepStatus.SUCCEEDED: frozenset(),
 }
 

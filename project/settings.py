@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -56,12 +57,12 @@ TEMPLATES = [
 ]
 
 
-def database_from_environment() -> dict:
+def database_from_environment() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
         # Workers need persistent connections (about 10x throughput); no psycopg pool:
         # it broke django-q2 clusters (DESIGN §6).
-        return dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        return dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),

@@ -20,7 +20,7 @@ from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..querysets import DatabaseNow
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus, run_sources, step_sources
 
-HISTORY_TIMESTAMP = {
+HISTORY_TIMESTAMP: dict[str, str] = {
     StepStatus.PENDING: "created_at",
     StepStatus.SCHEDULED: "scheduled_at",
     StepStatus.RUNNING: "running_at",
@@ -30,7 +30,9 @@ HISTORY_TIMESTAMP = {
 }
 
 
-def _checked_sources(what: str, target: str, allowed: frozenset[str], expected: Iterable[str] | None):
+def _checked_sources(
+    what: str, target: str, allowed: frozenset[str], expected: Iterable[str] | None
+):
     sources = frozenset(expected) if expected is not None else allowed
     illegal = sources - allowed
     if illegal:
@@ -110,7 +112,6 @@ def move_step(
     *,
     expected: Iterable[str] | None = None,
     new_attempt: bool = False,
-    extra_guard: dict[str, Any] | None = None,
     **fields: Any,
 ) -> None:
     """Move `step` (as last read, fenced by its attempt) to `target`, with its history row.
@@ -118,28 +119,30 @@ def move_step(
     `new_attempt` advances the attempt in the same guarded write, fencing out the previous
     attempt's worker. `step` is updated in memory on success.
     """
-    sources = _checked_sources("step", target, step_sources(target), expected)
     with transaction.atomic():
-        _move_step_txn(step, target, sources, new_attempt, extra_guard or {}, fields)
+        moved = move_step_txn(step, target, expected=expected, new_attempt=new_attempt, **fields)
+    if not moved:
+        _raise_refused(step, target)
 
 
-def _move_step_txn(
+def move_step_txn(
     step: WorkflowStep,
     target: str,
-    sources: frozenset[str],
-    new_attempt: bool,
-    extra_guard: dict[str, Any],
-    fields: dict[str, Any],
-) -> None:
-    guarded = WorkflowStep.objects.filter(
-        pk=step.pk, attempt=step.attempt, status__in=sources, **extra_guard
-    )
+    *,
+    expected: Iterable[str] | None = None,
+    new_attempt: bool = False,
+    **fields: Any,
+) -> bool:
+    """Inside a transaction: `move_step` without raising; False (nothing written) when refused."""
+    assert transaction.get_connection().in_atomic_block
+    sources = _checked_sources("step", target, step_sources(target), expected)
+    guarded = WorkflowStep.objects.filter(pk=step.pk, attempt=step.attempt, status__in=sources)
     changes = {"status": target, "updated_at": DatabaseNow(), **fields}
     if new_attempt:
         changes["attempt"] = F("attempt") + 1
     if not guarded.update(**changes):
-        _raise_refused(step, target)
-    history_values = {key: fields[key] for key in ("result", "error") if key in fields}
+        return False
+    history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
     if new_attempt:
         step.attempt += 1
         history = WorkflowStepHistory(step_id=step.pk, attempt=step.attempt, status=target)
@@ -154,6 +157,7 @@ def _move_step_txn(
     for key, value in fields.items():
         if not hasattr(value, "resolve_expression"):
             setattr(step, key, value)
+    return True
 
 
 def _record_history(step: WorkflowStep, target: str, values: dict[str, Any]) -> None:

@@ -1,0 +1,139 @@
+"""Running one attempt of a step function and recording its outcome, fenced by attempt.
+
+Shared by the orchestrator pass (in-process steps) and the step worker (queued steps).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import pikku_settings
+from ..dispatch import enqueue_step
+from ..exceptions import (
+    DispatchFailed,
+    RunInterrupted,
+    RunParked,
+    StepResultNotSerializable,
+    StepSuperseded,
+    WorkflowDispatchException,
+)
+from ..models import WorkflowStep
+from ..registry import registry
+from ..retry import RetryPolicy
+from ..serialization import NotStorableJson, describe_error, round_trip
+from ..status import StepStatus
+from .context import StepContext, invocation_id
+from .leases import heartbeat
+from .replay import ReplayPass
+from .transitions import guard_running_run_txn, move_step, move_step_txn
+
+logger = logging.getLogger(__name__)
+
+
+def step_lease_until() -> datetime:
+    return timezone.now() + timedelta(seconds=pikku_settings.STEP_LEASE_SECONDS)
+
+
+def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
+    return StepContext(
+        run_id=str(step.run_id),
+        step_id=str(step.pk),
+        step_key=step.step_key,
+        invocation_id=invocation_id(step.run_id, step.step_key),
+        attempt=step.attempt,
+        from_invocation_id=(
+            invocation_id(step.run_id, step.from_step_key) if step.from_step_key else None
+        ),
+        started_by=started_by,
+    )
+
+
+def claim_in_pass(rp: ReplayPass, step: WorkflowStep, source: str, *, new_attempt: bool) -> None:
+    """Move an in-process step to running (a new attempt from failed or a lapsed lease)."""
+    with transaction.atomic():
+        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
+        moved = move_step_txn(
+            step,
+            StepStatus.RUNNING,
+            expected=[source],
+            new_attempt=new_attempt,
+            lease_expires_at=step_lease_until(),
+            wake_at=None,
+            result=None,
+            error=None,
+        )
+    if not moved:
+        raise RunInterrupted(f"step {step.step_key!r} changed under this pass")
+
+
+def run_attempt_in_pass(
+    rp: ReplayPass, step: WorkflowStep, func: Callable[..., Any] | None, policy: RetryPolicy
+) -> WorkflowStep:
+    assert func is not None
+    started_by = rp.run.started_by.get_username() if rp.run.started_by else None
+    args = () if step.kind == "callable" else (step.data, step_context(step, started_by))
+    try:
+        record_outcome(step, call_with_heartbeat(step, func, args), policy)
+    except StepSuperseded as exc:
+        raise RunInterrupted(str(exc)) from exc
+    return step
+
+
+def call_with_heartbeat(
+    step: WorkflowStep, func: Callable[..., Any], args: tuple[Any, ...]
+) -> tuple[bool, Any]:
+    """Call user code outside any transaction; (True, result) or (False, error dict)."""
+    heartbeat.hold_step(step.pk)
+    try:
+        value = func(*args)
+    except Exception as exc:
+        return False, describe_error(exc, step_key=step.step_key)
+    finally:
+        heartbeat.drop_step(step.pk)
+    try:
+        return True, round_trip(value)
+    except NotStorableJson as exc:
+        error = StepResultNotSerializable(step.step_key, str(exc))
+        return False, describe_error(error, step_key=step.step_key)
+
+
+def record_outcome(step: WorkflowStep, outcome: tuple[bool, Any], policy: RetryPolicy) -> None:
+    """Write the attempt's result or error; raises StepSuperseded if a newer attempt owns it."""
+    succeeded, value = outcome
+    if succeeded:
+        move_step(
+            step,
+            StepStatus.SUCCEEDED,
+            expected=[StepStatus.RUNNING],
+            result=value,
+            error=None,
+            lease_expires_at=None,
+        )
+        return
+    fields: dict[str, Any] = {"error": value, "lease_expires_at": None, "wake_at": None}
+    if value.get("code") == StepResultNotSerializable.code:
+        # Retrying cannot make a value storable: spend the budget now.
+        fields["attempt_limit"] = step.attempt
+    elif step.attempt < step.attempt_limit:
+        fields["wake_at"] = timezone.now() + timedelta(milliseconds=policy.backoff_ms(step.attempt))
+    move_step(step, StepStatus.FAILED, expected=[StepStatus.RUNNING], **fields)
+
+
+def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> WorkflowStep:
+    """Enqueue the step for a worker, then mark it scheduled; the run waits for it."""
+    definition = registry.get_step_function(step.function_name or "")
+    try:
+        enqueue_step(rp.run.pk, step.step_key, definition.queue)
+    except WorkflowDispatchException as exc:
+        raise DispatchFailed(exc) from exc
+    if step.status == StepStatus.PENDING:
+        # A worker may have claimed it already: then the guard refuses and that is fine.
+        with transaction.atomic():
+            move_step_txn(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
+    raise RunParked(step.step_key)

@@ -1,0 +1,146 @@
+"""The run lease: who may drive a run's orchestrator pass, judged on the database clock.
+
+Taking it is one conditional UPDATE that never waits; a pass that finds it held asks the
+holder for one more pass (`rerun_requested`) instead of queueing behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db import close_old_connections, connection
+from django.db.models import Q
+
+from ..conf import pikku_settings
+from ..models import WorkflowRun, WorkflowStep
+from ..querysets import DatabaseNow
+from ..status import RunStatus, StepStatus
+
+logger = logging.getLogger(__name__)
+
+
+def new_lease_holder() -> str:
+    return uuid.uuid4().hex
+
+
+def _lease_until(seconds: float) -> Any:
+    return DatabaseNow() + timedelta(seconds=seconds)
+
+
+def acquire_run_lease(run_id: Any, holder: str) -> bool:
+    """Take the lease of a running run if it is free or lapsed."""
+    runs = WorkflowRun.objects.running().filter(pk=run_id).lease_free()
+    return bool(
+        runs.update(
+            lease_holder=holder,
+            lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS),
+            rerun_requested=False,
+            updated_at=DatabaseNow(),
+        )
+    )
+
+
+def request_rerun(run_id: Any) -> bool:
+    """Ask the live holder of the run lease for one more pass; False if nobody holds it."""
+    held = WorkflowRun.objects.running().filter(
+        pk=run_id, lease_holder__isnull=False, lease_expires_at__gte=DatabaseNow()
+    )
+    return bool(held.update(rerun_requested=True))
+
+
+def release_run_lease(run_id: Any, holder: str) -> bool:
+    """Release the lease unless another pass was requested meanwhile.
+
+    Returns True when released. False means a rerun is due: the flag is cleared here and the
+    caller (still the holder) runs another pass. The release and the check are one UPDATE, so
+    a request arriving at any moment is either seen here or finds the lease free.
+    """
+    released = WorkflowRun.objects.filter(
+        pk=run_id, lease_holder=holder, rerun_requested=False
+    ).update(lease_holder=None, lease_expires_at=None)
+    if released:
+        return True
+    # Held by us with a rerun pending (or lost to another holder: then there is nothing to do).
+    return not WorkflowRun.objects.filter(pk=run_id, lease_holder=holder).update(
+        rerun_requested=False,
+        lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS),
+    )
+
+
+def renew_leases(run_ids: list[Any], holders: list[str], step_ids: list[Any]) -> None:
+    """Push out the leases this process holds: the runs it orchestrates and the steps it runs."""
+    if run_ids:
+        WorkflowRun.objects.filter(
+            pk__in=run_ids, lease_holder__in=holders, status=RunStatus.RUNNING
+        ).update(lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS))
+    if step_ids:
+        WorkflowStep.objects.filter(
+            Q(pk__in=step_ids), status=StepStatus.RUNNING, lease_expires_at__isnull=False
+        ).update(lease_expires_at=_lease_until(pikku_settings.STEP_LEASE_SECONDS))
+
+
+class Heartbeat:
+    """One thread per process renewing every lease it holds, every third of the shortest lease."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[Any, str] = {}
+        self._steps: dict[Any, int] = {}
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def hold_run(self, run_id: Any, holder: str) -> None:
+        with self._lock:
+            self._runs[run_id] = holder
+            self._ensure_thread()
+
+    def drop_run(self, run_id: Any) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def hold_step(self, step_id: Any) -> None:
+        with self._lock:
+            self._steps[step_id] = self._steps.get(step_id, 0) + 1
+            self._ensure_thread()
+
+    def drop_step(self, step_id: Any) -> None:
+        with self._lock:
+            count = self._steps.get(step_id, 0) - 1
+            if count > 0:
+                self._steps[step_id] = count
+            else:
+                self._steps.pop(step_id, None)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="pikku-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _interval(self) -> float:
+        shortest = min(pikku_settings.RUN_LEASE_SECONDS, pikku_settings.STEP_LEASE_SECONDS)
+        return max(shortest / 3, 0.05)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                self._wake.wait(self._interval())
+                with self._lock:
+                    runs = dict(self._runs)
+                    steps = list(self._steps)
+                    if not runs and not steps:
+                        self._thread = None
+                        return
+                try:
+                    renew_leases(list(runs), list(runs.values()), steps)
+                except Exception:
+                    logger.exception("pikku_workflows: lease renewal failed; retrying")
+                    close_old_connections()
+        finally:
+            connection.close()
+
+
+heartbeat = Heartbeat()

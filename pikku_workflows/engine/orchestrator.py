@@ -1,0 +1,140 @@
+"""The orchestrator pass: take the run lease, replay the body from the top, record how it ended.
+
+A settled run returns before any lock, so a late queue message never re-enters a finished body.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..exceptions import (
+    DispatchFailed,
+    InvalidTransition,
+    NonDeterministicReplay,
+    RunInterrupted,
+    RunParked,
+    RunSuspendedSignal,
+    StepFailed,
+)
+from ..models import WorkflowRun
+from ..registry import registry
+from ..serialization import NotStorableJson, describe_error, round_trip
+from ..status import RunStatus
+from . import children
+from .context import Workflow
+from .driving import driving
+from .leases import acquire_run_lease, heartbeat, new_lease_holder, release_run_lease, request_rerun
+from .replay import ReplayPass
+from .transitions import move_run
+
+logger = logging.getLogger(__name__)
+
+LEASE_ATTEMPTS = 3
+
+
+def orchestrate(run_id: Any, *, inline_caller: bool = False) -> None:
+    """Drive the run as far as it can go now. Safe to call any number of times, concurrently."""
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
+    if run is None or run.status != RunStatus.RUNNING:
+        return  # settled, suspended or unknown: the message is acknowledged and does nothing
+    holder = _take_lease(run_id)
+    if holder is None:
+        return
+    heartbeat.hold_run(run.pk, holder)
+    ended = False
+    try:
+        with driving(run.pk):
+            while True:
+                ended = _replay(run, holder, inline_caller) or ended
+                if release_run_lease(run.pk, holder):
+                    break
+                run.refresh_from_db(fields=["status", "state"])
+    finally:
+        heartbeat.drop_run(run.pk)
+    if ended:
+        children.notify_parent(run.pk)
+
+
+def _take_lease(run_id: Any) -> str | None:
+    """Our lease holder id, or None when another pass holds the lease and will rerun for us."""
+    holder = new_lease_holder()
+    for _ in range(LEASE_ATTEMPTS):
+        if acquire_run_lease(run_id, holder):
+            return holder
+        if request_rerun(run_id):
+            return None
+        # The lease was released between our two writes, or the run stopped running.
+    return None
+
+
+def _replay(run: WorkflowRun, holder: str, inline_caller: bool) -> bool:
+    """One pass of the body; True when the run ended (completed, failed) in it."""
+    if run.status != RunStatus.RUNNING:
+        return False
+    definition = registry.workflows.get(run.workflow)
+    if definition is None:
+        _suspend_unknown_workflow(run, holder)
+        return False
+    rp = ReplayPass.begin(run, holder, inline_caller)
+    try:
+        output = definition.func(Workflow(rp), rp.input)
+    except (RunParked, RunSuspendedSignal, RunInterrupted):
+        return False
+    except DispatchFailed as signal:
+        raise signal.error from None
+    except StepFailed as exc:
+        return _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
+    except NonDeterministicReplay as exc:
+        return _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+    except Exception as exc:
+        return _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+    try:
+        output = round_trip(output)
+    except NotStorableJson as exc:
+        message = f"The workflow's output is not storable JSON: {exc}"
+        return _end(
+            run,
+            holder,
+            RunStatus.FAILED,
+            error={"code": "OUTPUT_NOT_SERIALIZABLE", "message": message},
+        )
+    return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
+
+
+def _step_failed_error(exc: StepFailed) -> dict[str, Any]:
+    step_error = exc.error or {}
+    return {
+        "code": StepFailed.code,
+        "message": exc.message,
+        "type": step_error.get("type", "pikku_workflows.StepFailed"),
+        "traceback": step_error.get("traceback", ""),
+        "step_key": exc.step_key,
+    }
+
+
+def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
+    try:
+        move_run(run.pk, status, expected=[RunStatus.RUNNING], lease_holder=holder, **fields)
+    except (InvalidTransition, RunInterrupted):
+        # An operator cancelled or suspended the run meanwhile, or our lease lapsed: theirs wins.
+        logger.info("pikku_workflows: run %s changed during its pass; outcome dropped", run.pk)
+        return False
+    run.status = status
+    return True
+
+
+def _suspend_unknown_workflow(run: WorkflowRun, holder: str) -> None:
+    # A rolling deploy can deliver a run to a worker that lacks its code: wait for an operator.
+    message = f"Workflow {run.workflow!r} is not registered in this process; deploy it and resume."
+    try:
+        move_run(
+            run.pk,
+            RunStatus.SUSPENDED,
+            expected=[RunStatus.RUNNING],
+            lease_holder=holder,
+            error={"code": "WORKFLOW_NOT_FOUND", "message": message},
+        )
+    except (InvalidTransition, RunInterrupted):
+        return
+    run.status = RunStatus.SUSPENDED

@@ -1,0 +1,94 @@
+"""The status summary of a run (DESIGN §7): what each step did and what the run waits on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from ..exceptions import RunNotFound
+from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+
+
+def get_run_status(run_id: Any) -> dict[str, Any]:
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    steps = list(
+        WorkflowStep.objects.filter(run_id=run.pk)
+        .order_by("created_at", "step_key")
+        .prefetch_related(
+            Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
+        )
+    )
+    return summarize(run, steps)
+
+
+def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
+    error = run.error or None
+    return {
+        "id": str(run.pk),
+        "workflow": run.workflow,
+        "status": run.status,
+        "started_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "started_by": run.started_by.get_username() if run.started_by else None,
+        "steps": [_step_summary(step) for step in steps],
+        "planned_steps": run.planned_steps,
+        "waiting_on": waiting_on(run, steps),
+        "output": run.output if run.status == RunStatus.COMPLETED else None,
+        "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+    }
+
+
+def _step_summary(step: WorkflowStep) -> dict[str, Any]:
+    attempts = list(step.history.all())
+    latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
+    return {
+        "key": step.step_key,
+        "status": step.status,
+        "attempts": step.attempt,
+        "duration_ms": _duration_ms(latest),
+        "function": step.function_name,
+    }
+
+
+def _duration_ms(history: WorkflowStepHistory | None) -> int | None:
+    if history is None:
+        return None
+    end = history.succeeded_at or history.failed_at
+    if end is None:
+        return None
+    start = history.running_at or history.created_at
+    return max(int((end - start).total_seconds() * 1000), 0)
+
+
+def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | None:
+    """What a live run waits for: the newest step still in flight (None for ended runs)."""
+    if run.status in TERMINAL_RUN_STATUSES:
+        return None
+    if run.status == RunStatus.SUSPENDED:
+        return {"kind": "suspend", "reason": (run.error or {}).get("message", "")}
+    for step in reversed(steps):
+        described = _step_wait(step)
+        if described is not None:
+            return {"step_key": step.step_key, **described}
+    return None
+
+
+def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
+    if step.status == StepStatus.WAITING and step.child_run_id:
+        return {"kind": "child", "child_run_id": str(step.child_run_id)}
+    if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == "sleep":
+        return {"kind": "timer", "until": step.wake_at.isoformat()}
+    if step.status == StepStatus.FAILED and step.wake_at and step.attempt < step.attempt_limit:
+        at = step.wake_at.isoformat()
+        return {"kind": "retry", "attempt": step.attempt + 1, "at": at, "until": at}
+    if step.status == StepStatus.RUNNING and step.lease_expires_at:
+        kind = "lease" if step.lease_expires_at < timezone.now() else "step"
+        return {"kind": kind, "lease_expires_at": step.lease_expires_at.isoformat()}
+    if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
+        return {"kind": "step"}
+    return None

@@ -1,0 +1,43 @@
+"""Suspending a run from inside its pass: the step that asked and the run's status in one commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ..conf import pikku_settings
+from ..exceptions import RunSuspendedSignal
+from ..status import RunStatus, StepStatus
+from .replay import ReplayPass
+from .transitions import create_step_txn, guard_running_run_txn, move_run
+
+
+def suspend_in_pass(
+    rp: ReplayPass,
+    reason: str,
+    *,
+    code: str,
+    step_key: str,
+    step_fields: dict[str, Any] | None,
+    step_result: Any = None,
+) -> None:
+    """Create the asking step (`step_fields` given) and suspend the run, then stop the body.
+
+    One transaction: a crash can't leave a recorded suspend step on a run that kept running.
+    """
+    with transaction.atomic():
+        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
+        if step_fields is not None:
+            status = StepStatus.SUCCEEDED if step_result is not None else StepStatus.PENDING
+            rp.steps[step_key] = create_step_txn(
+                rp.run.pk, step_key, status=status, result=step_result, **step_fields
+            )
+        move_run(
+            rp.run.pk,
+            RunStatus.SUSPENDED,
+            expected=[RunStatus.RUNNING],
+            lease_holder=rp.holder,
+            error={"code": code, "message": reason, "step_key": step_key},
+        )
+    raise RunSuspendedSignal(reason, code)
