@@ -42,6 +42,7 @@ _LAZY = {
     "run_to_completion": "pikku_workflows.engine.operations",
     "resume_run": "pikku_workflows.engine.operations",
     "get_run_status": "pikku_workflows.engine.summary",
+    "recover": "pikku_workflows.engine.recovery",
 }
 
 
@@ -76,6 +77,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowNotFound",
     "get_run_status",
+    "recover",
     "resume_run",
     "run_to_completion",
     "start_workflow",

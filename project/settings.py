@@ -111,7 +111,10 @@ Q_CLUSTER = {
     "catch_up": False,
 }
 
-PIKKU_WORKFLOWS: dict = {}
+# PIKKU_EXTRA_WORKFLOW_MODULES (comma-separated) lets test worker subprocesses load test workflows.
+PIKKU_WORKFLOWS: dict[str, Any] = {
+    "MODULES": [m for m in os.environ.get("PIKKU_EXTRA_WORKFLOW_MODULES", "").split(",") if m],
+}
 
 LOGGING = {
     "version": 1,

@@ -6,17 +6,19 @@ Shared by the orchestrator pass (in-process steps) and the step worker (queued s
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..dispatch import enqueue_step
+from ..dispatch import enqueue_orchestration, enqueue_step
 from ..exceptions import (
     DispatchFailed,
+    InvalidTransition,
     RunInterrupted,
     RunParked,
     StepResultNotSerializable,
@@ -27,11 +29,12 @@ from ..models import WorkflowStep
 from ..registry import registry
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
-from ..status import StepStatus
+from ..status import RunStatus, StepStatus
+from .claims import claim_step
 from .context import StepContext, invocation_id
 from .leases import heartbeat
 from .replay import ReplayPass
-from .transitions import guard_running_run_txn, move_step, move_step_txn
+from .transitions import guard_running_run_txn, move_run, move_step, move_step_txn
 
 logger = logging.getLogger(__name__)
 
@@ -89,13 +92,13 @@ def call_with_heartbeat(
     step: WorkflowStep, func: Callable[..., Any], args: tuple[Any, ...]
 ) -> tuple[bool, Any]:
     """Call user code outside any transaction; (True, result) or (False, error dict)."""
-    heartbeat.hold_step(step.pk)
+    heartbeat.hold_step(step.pk, step.attempt)
     try:
         value = func(*args)
     except Exception as exc:
         return False, describe_error(exc, step_key=step.step_key)
     finally:
-        heartbeat.drop_step(step.pk)
+        heartbeat.drop_step(step.pk, step.attempt)
     try:
         return True, round_trip(value)
     except NotStorableJson as exc:
@@ -137,3 +140,92 @@ def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> WorkflowStep:
         with transaction.atomic():
             move_step_txn(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
     raise RunParked(step.step_key)
+
+
+def execute_queued_step(run_id: Any, step_key: str) -> None:
+    """The step worker: claim the step, run one attempt, record it, resume the orchestrator.
+
+    Idempotent: a duplicate or late message finds nothing to claim and returns quietly.
+    """
+    function_name = (
+        WorkflowStep.objects.filter(run_id=run_id, step_key=step_key)
+        .values_list("function_name", flat=True)
+        .first()
+    )
+    if function_name is None:
+        return
+    definition = registry.step_functions.get(function_name)
+    if definition is None:
+        suspend_for_missing_function(run_id, step_key, function_name)
+        return
+    step, exhausted = claim_step(run_id, step_key)
+    if step is None:
+        if exhausted:
+            enqueue_orchestration(run_id)
+        return
+    started_by = step.run.started_by.get_username() if step.run.started_by else None
+    args = (step.data, step_context(step, started_by))
+    outcome = call_with_timeout(step, definition.func, args)
+    policy = RetryPolicy.from_stored(step.retries, step.retry_delay)
+    try:
+        record_outcome(step, outcome, policy)
+    except (StepSuperseded, InvalidTransition):
+        # A newer attempt owns the step (our lease lapsed): its outcome is the one that counts.
+        logger.info("pikku_workflows: attempt %s of %s superseded", step.attempt, step_key)
+        return
+    if step.status == StepStatus.SUCCEEDED or step.attempt >= step.attempt_limit:
+        enqueue_orchestration(run_id)
+    # Otherwise the retry waits on wake_at; the timer loop dispatches it when due.
+
+
+def call_with_timeout(
+    step: WorkflowStep, func: Callable[..., Any], args: tuple[Any, ...]
+) -> tuple[bool, Any]:
+    """Run one attempt, bounded by the step's timeout when it has one."""
+    if step.timeout_ms is None:
+        return call_with_heartbeat(step, func, args)
+    outcome: list[tuple[bool, Any]] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(call_with_heartbeat(step, func, args))
+        finally:
+            connection.close()
+
+    # Python cannot stop a thread: a timed-out attempt runs on, but its late outcome is refused
+    # (the step is no longer running under that attempt).
+    worker = threading.Thread(target=attempt, name=f"pikku-step-{step.step_key}", daemon=True)
+    worker.start()
+    worker.join(step.timeout_ms / 1000)
+    if outcome:
+        return outcome[0]
+    return False, {
+        "code": "TIMEOUT",
+        "message": f"Step {step.step_key!r} exceeded its timeout of {step.timeout_ms} ms.",
+        "type": "TimeoutError",
+        "step_key": step.step_key,
+    }
+
+
+def suspend_for_missing_function(run_id: Any, step_key: str, function_name: str) -> None:
+    """This worker lacks the step function: suspend the run (no attempt) until it is deployed."""
+    unclaimed = WorkflowStep.objects.filter(
+        run_id=run_id,
+        step_key=step_key,
+        status__in=[StepStatus.PENDING, StepStatus.SCHEDULED],
+    )
+    if not unclaimed.exists():
+        return  # a superseded or settled dispatch: not this message's business
+    message = (
+        f"Step function {function_name!r} is not registered on this worker (step {step_key!r}); "
+        "deploy it and resume the run."
+    )
+    try:
+        move_run(
+            run_id,
+            RunStatus.SUSPENDED,
+            expected=[RunStatus.RUNNING],
+            error={"code": "RPC_NOT_FOUND", "message": message, "step_key": step_key},
+        )
+    except InvalidTransition:
+        return

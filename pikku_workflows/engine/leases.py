@@ -71,16 +71,31 @@ def release_run_lease(run_id: Any, holder: str) -> bool:
     )
 
 
-def renew_leases(run_ids: list[Any], holders: list[str], step_ids: list[Any]) -> None:
+def _held(steps: list[tuple[Any, int]]) -> Q:
+    # Fenced by attempt: a superseded attempt can neither renew nor release the new owner's lease.
+    held = Q(pk__in=[])
+    for step_id, attempt in steps:
+        held |= Q(pk=step_id, attempt=attempt)
+    return held & Q(status=StepStatus.RUNNING, lease_expires_at__isnull=False)
+
+
+def renew_leases(run_ids: list[Any], holders: list[str], steps: list[tuple[Any, int]]) -> None:
     """Push out the leases this process holds: the runs it orchestrates and the steps it runs."""
     if run_ids:
         WorkflowRun.objects.filter(
             pk__in=run_ids, lease_holder__in=holders, status=RunStatus.RUNNING
         ).update(lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS))
-    if step_ids:
-        WorkflowStep.objects.filter(
-            Q(pk__in=step_ids), status=StepStatus.RUNNING, lease_expires_at__isnull=False
-        ).update(lease_expires_at=_lease_until(pikku_settings.STEP_LEASE_SECONDS))
+    if steps:
+        WorkflowStep.objects.filter(_held(steps)).update(
+            lease_expires_at=_lease_until(pikku_settings.STEP_LEASE_SECONDS)
+        )
+
+
+def release_step_leases(steps: list[tuple[Any, int]]) -> int:
+    """Let the leases of steps this process gives up lapse now, so recovery re-claims at once."""
+    if not steps:
+        return 0
+    return WorkflowStep.objects.filter(_held(steps)).update(lease_expires_at=DatabaseNow())
 
 
 class Heartbeat:
@@ -89,7 +104,7 @@ class Heartbeat:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[Any, str] = {}
-        self._steps: dict[Any, int] = {}
+        self._steps: dict[tuple[Any, int], int] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
 
@@ -102,18 +117,24 @@ class Heartbeat:
         with self._lock:
             self._runs.pop(run_id, None)
 
-    def hold_step(self, step_id: Any) -> None:
+    def hold_step(self, step_id: Any, attempt: int) -> None:
         with self._lock:
-            self._steps[step_id] = self._steps.get(step_id, 0) + 1
+            key = (step_id, attempt)
+            self._steps[key] = self._steps.get(key, 0) + 1
             self._ensure_thread()
 
-    def drop_step(self, step_id: Any) -> None:
+    def drop_step(self, step_id: Any, attempt: int) -> None:
         with self._lock:
-            count = self._steps.get(step_id, 0) - 1
+            key = (step_id, attempt)
+            count = self._steps.get(key, 0) - 1
             if count > 0:
-                self._steps[step_id] = count
+                self._steps[key] = count
             else:
-                self._steps.pop(step_id, None)
+                self._steps.pop(key, None)
+
+    def held_steps(self) -> list[tuple[Any, int]]:
+        with self._lock:
+            return list(self._steps)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():

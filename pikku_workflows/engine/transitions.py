@@ -135,7 +135,12 @@ def move_step_txn(
 ) -> bool:
     """Inside a transaction: `move_step` without raising; False (nothing written) when refused."""
     assert transaction.get_connection().in_atomic_block
-    sources = _checked_sources("step", target, step_sources(target), expected)
+    allowed = step_sources(target)
+    if not new_attempt:
+        # running -> running is only a re-claim (a new attempt); as a plain move it would let
+        # two claimers of the same attempt both win (the second re-reads `running` and matches).
+        allowed -= {target}
+    sources = _checked_sources("step", target, allowed, expected)
     guarded = WorkflowStep.objects.filter(pk=step.pk, attempt=step.attempt, status__in=sources)
     changes = {"status": target, "updated_at": DatabaseNow(), **fields}
     if new_attempt:
@@ -144,13 +149,14 @@ def move_step_txn(
         return False
     history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
     if new_attempt:
-        step.attempt += 1
-        history = WorkflowStepHistory(step_id=step.pk, attempt=step.attempt, status=target)
+        history = WorkflowStepHistory(step_id=step.pk, attempt=step.attempt + 1, status=target)
         for key, value in history_values.items():
             setattr(history, key, value)
         if target != StepStatus.PENDING:
             setattr(history, HISTORY_TIMESTAMP[target], timezone.now())
         history.save(force_insert=True)
+        # Only now: if the insert fails the transaction rolls back, and `step` must still match.
+        step.attempt = history.attempt
     else:
         _record_history(step, target, history_values)
     step.status = target

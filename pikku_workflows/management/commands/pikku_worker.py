@@ -1,0 +1,55 @@
+"""`manage.py pikku_worker`: a django-q2 cluster plus the pikku timer/recovery loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connections
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a django-q2 cluster (orchestrator passes and queued steps) and, beside it, the "
+        "loop that fires durable timers and runs recovery. Run as many as you like."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--workers", type=int, default=None, help="worker processes")
+        parser.add_argument("--cluster", default=None, help="django-q2 cluster (queue) name")
+
+    def handle(self, *args: Any, workers: int | None, cluster: str | None, **options: Any) -> None:
+        if cluster and os.environ.get("Q_CLUSTER_NAME") != cluster:
+            # django-q2 reads Q_CLUSTER_NAME while Django sets up: start again with it set.
+            os.execve(
+                sys.executable,
+                [sys.executable, *sys.argv],
+                {**os.environ, "Q_CLUSTER_NAME": cluster},
+            )
+        from django_q.cluster import Cluster
+        from django_q.conf import Conf
+
+        from pikku_workflows.engine.timers import run_timer_loop
+        from pikku_workflows.worker_process import arrange_forked_children
+
+        if workers:
+            Conf.WORKERS = workers
+        arrange_forked_children()
+        stop = threading.Event()
+        q_cluster = Cluster()
+        # After Cluster(): its handlers would stop the cluster inside the signal handler.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        connections.close_all()
+        q_cluster.start()
+        self.stdout.write(f"pikku_worker: cluster {q_cluster.name} started (pid {os.getpid()})")
+        try:
+            run_timer_loop(stop)
+        finally:
+            q_cluster.stop()
+            connections.close_all()
+        self.stdout.write("pikku_worker: stopped")

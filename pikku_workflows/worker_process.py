@@ -1,0 +1,77 @@
+"""Process plumbing for `pikku_worker`: forked django-q2 processes die with their parent and
+hand back their step leases when terminated."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from django.db import connections
+
+logger = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+_forking_pid = 0
+
+
+def arrange_forked_children() -> None:
+    """From now on every fork of this process closes DB connections first (a socket must not be
+    shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _before_fork() -> None:
+    global _forking_pid
+    _forking_pid = os.getpid()
+    connections.close_all()
+
+
+def _after_fork_in_child() -> None:
+    _die_with(_forking_pid)
+    signal.signal(signal.SIGTERM, _release_leases_and_exit)
+
+
+def _die_with(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(1)
+    os._exit(1)
+
+
+def _release_leases_and_exit(signum: int, frame: Any) -> None:
+    # A signal handler may interrupt a query on this thread's connection: release from a thread
+    # (its own connection), bounded in time.
+    from .engine.leases import heartbeat
+
+    held = heartbeat.held_steps()
+    if held:
+        releaser = threading.Thread(target=_release, args=(held,), daemon=True)
+        releaser.start()
+        releaser.join(5)
+    os._exit(128 + signum)
+
+
+def _release(held: list[tuple[Any, int]]) -> None:
+    from .engine.leases import release_step_leases
+
+    try:
+        release_step_leases(held)
+    except Exception:
+        logger.exception("pikku_workflows: could not release step leases on shutdown")
+    finally:
+        connections.close_all()

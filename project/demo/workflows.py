@@ -1,0 +1,75 @@
+"""The demo shop's workflows: an order fulfilment with retries, a compensation, a child run,
+a durable timer and a manual-review suspend."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pikku_workflows as pw
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+@pw.step_function("shop.reserve_stock")
+def reserve_stock(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"reserved": data["items"], "reservation": ctx.invocation_id}
+
+
+@pw.step_function("shop.charge_card", inline=False, timeout="2m")
+def charge_card(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    # Demo knobs: fail the first `declines` attempts; work `work_seconds` (time to kill a worker).
+    time.sleep(data.get("work_seconds", 0))
+    if ctx.attempt <= data.get("declines", 0):
+        raise PaymentDeclined(f"card declined (attempt {ctx.attempt})")
+    # The invocation id is stable across attempts: a real gateway would dedupe on it.
+    return {"charge_id": f"ch_{ctx.invocation_id[:8]}", "amount": data["amount"]}
+
+
+@pw.step_function("shop.refund")
+def refund(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"refunded": True, "because": data["error"]["message"]}
+
+
+@pw.step_function("shop.render_invoice")
+def render_invoice(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"invoice_no": f"INV-{data['order_id']:05d}", "total": data["amount"]}
+
+
+@pw.step_function("shop.ship", inline=False)
+def ship(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"tracking": f"TRK{data['order_id']:06d}"}
+
+
+@pw.workflow("invoice", planned_steps=["render"])
+def invoice(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    return wf.do("render", "shop.render_invoice", input)
+
+
+@pw.workflow(
+    "order_fulfilment", planned_steps=["reserve", "charge", "invoice", "cool-off", "ship"]
+)
+def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    wf.do("reserve", "shop.reserve_stock", {"items": input["items"]})
+    charge = wf.do(
+        "charge",
+        "shop.charge_card",
+        {
+            "amount": input["amount"],
+            "declines": input.get("declines", 0),
+            "work_seconds": input.get("work_seconds", 0),
+        },
+        retries=input.get("charge_retries", 3),
+        retry_delay="1s",
+        on_error="shop.refund",
+    )
+    wf.set_state("stage", "charged")
+    bill = wf.do("invoice", "invoice", {"order_id": input["order_id"], "amount": input["amount"]})
+    wf.sleep("cool-off", input.get("cool_off", "3s"))
+    if input.get("needs_review"):
+        wf.suspend("manual review")
+    shipment = wf.do("ship", "shop.ship", {"order_id": input["order_id"]})
+    wf.set_state("stage", "shipped")
+    return {"charge": charge["charge_id"], "invoice": bill["invoice_no"], **shipment}
