@@ -75,7 +75,9 @@ class WorkflowRun(models.Model):
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
             # The stalled-run sweep scans running runs by age.
             models.Index(
-                fields=["updated_at"], name="pikku_run_running_updated", condition=Q(status="running")
+                fields=["updated_at"],
+                name="pikku_run_running_updated",
+                condition=Q(status="running"),
             ),
             # The timer loop claims due parked runs.
             models.Index(

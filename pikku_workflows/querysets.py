@@ -27,9 +27,7 @@ class DatabaseNow(Now):
 
 class WorkflowRunQuerySet(models.QuerySet):
     def settled(self) -> WorkflowRunQuerySet:
-        return self.filter(
-            status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
-        )
+        return self.filter(status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED])
 
     def running(self) -> WorkflowRunQuerySet:
         return self.filter(status=RunStatus.RUNNING)

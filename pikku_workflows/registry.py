@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
+from types import CodeType
 from typing import Any
 
 from .durations import parse_duration
@@ -49,8 +50,24 @@ def code_fingerprint(func: Callable[..., Any]) -> str:
     try:
         material = inspect.getsource(func).encode()
     except (OSError, TypeError):
-        material = func.__code__.co_code
+        material = _code_material(func.__code__).encode()
     return hashlib.sha256(material).hexdigest()[:16]
+
+
+def _code_material(code: CodeType) -> str:
+    # Without source (exec'd code, .pyc-only installs) hash the code object. Bytecode alone
+    # misses constants and names (`"a"` -> `"b"` keeps co_code), and repr() of nested code shows
+    # an address, so walk it; frozenset constants are sorted (their order follows hash seeds).
+    def constant(value: object) -> str:
+        if isinstance(value, CodeType):
+            return _code_material(value)
+        if isinstance(value, tuple):
+            return f"tuple({[constant(item) for item in value]})"
+        if isinstance(value, frozenset):
+            return f"frozenset({sorted(constant(item) for item in value)})"
+        return repr(value)
+
+    return "\n".join([code.co_code.hex(), repr(code.co_names), *map(constant, code.co_consts)])
 
 
 def _same_origin(a: Callable[..., Any], b: Callable[..., Any]) -> bool:

@@ -22,7 +22,9 @@ class RetryPolicy:
     delay_ms: int | None
 
     @classmethod
-    def resolve(cls, retries: int | None, retry_delay: int | str | None, default: int) -> RetryPolicy:
+    def resolve(
+        cls, retries: int | None, retry_delay: int | str | None, default: int
+    ) -> RetryPolicy:
         # Resolved once and stored on the step row: `retries=0` means exactly one attempt.
         resolved = default if retries is None else retries
         if isinstance(resolved, bool) or not isinstance(resolved, int) or resolved < 0:
@@ -49,4 +51,5 @@ class RetryPolicy:
             return self.delay_ms
         base = min(EXPONENTIAL_BASE_MS * 2 ** (failed_attempt - 1), EXPONENTIAL_CAP_MS)
         spread = (rng or random).uniform(-JITTER, JITTER)
-        return int(base * (1 + spread))
+        # Jitter spreads retries out, but never past the cap.
+        return min(int(base * (1 + spread)), EXPONENTIAL_CAP_MS)

@@ -79,6 +79,13 @@ def _held(steps: list[tuple[Any, int]]) -> Q:
     return held & Q(status=StepStatus.RUNNING, lease_expires_at__isnull=False)
 
 
+def abandon_run_lease(run_id: Any, holder: str) -> None:
+    """Give the lease up unconditionally (the pass ended by an exception)."""
+    WorkflowRun.objects.filter(pk=run_id, lease_holder=holder).update(
+        lease_holder=None, lease_expires_at=None
+    )
+
+
 def renew_leases(run_ids: list[Any], holders: list[str], steps: list[tuple[Any, int]]) -> None:
     """Push out the leases this process holds: the runs it orchestrates and the steps it runs."""
     if run_ids:

@@ -24,7 +24,14 @@ from ..status import RunStatus
 from . import children
 from .context import Workflow
 from .driving import driving
-from .leases import acquire_run_lease, heartbeat, new_lease_holder, release_run_lease, request_rerun
+from .leases import (
+    abandon_run_lease,
+    acquire_run_lease,
+    heartbeat,
+    new_lease_holder,
+    release_run_lease,
+    request_rerun,
+)
 from .replay import ReplayPass
 from .transitions import move_run
 
@@ -50,6 +57,10 @@ def orchestrate(run_id: Any, *, inline_caller: bool = False) -> None:
                 if release_run_lease(run.pk, holder):
                     break
                 run.refresh_from_db(fields=["status", "state"])
+    except BaseException:
+        # The queue redelivers or recovery relays; don't make the next pass wait out the lease.
+        abandon_run_lease(run.pk, holder)
+        raise
     finally:
         heartbeat.drop_run(run.pk)
     if ended:

@@ -48,9 +48,7 @@ def invoice(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     return wf.do("render", "shop.render_invoice", input)
 
 
-@pw.workflow(
-    "order_fulfilment", planned_steps=["reserve", "charge", "invoice", "cool-off", "ship"]
-)
+@pw.workflow("order_fulfilment", planned_steps=["reserve", "charge", "invoice", "cool-off", "ship"])
 def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     wf.do("reserve", "shop.reserve_stock", {"items": input["items"]})
     charge = wf.do(

@@ -15,7 +15,7 @@ def test_run_transitions__terminal_statuses_are_final_except_failed_retry():
     assert RUN_TRANSITIONS[RunStatus.COMPLETED] == frozenset()
     assert RUN_TRANSITIONS[RunStatus.CANCELLED] == frozenset()
     assert RUN_TRANSITIONS[RunStatus.FAILED] == {RunStatus.RUNNING}
-    assert TERMINAL_RUN_STATUSES == {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    assert {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED} == TERMINAL_RUN_STATUSES
 
 
 def test_run_transitions__suspended_resumes_or_cancels_only():

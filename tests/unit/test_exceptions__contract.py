@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import pytest
+
+import pikku_workflows as pw
+from pikku_workflows import exceptions
+
+# DESIGN §3: every exported exception, with the code DESIGN names for it (None: not fixed there).
+EXPORTED_CODES = {
+    "WorkflowNotFound": "WORKFLOW_NOT_FOUND",
+    "RunNotFound": "RUN_NOT_FOUND",
+    "InvalidInput": "INVALID_INPUT",
+    "InvalidTransition": "INVALID_TRANSITION",
+    "RunFailed": "RUN_FAILED",
+    "RunCancelled": "RUN_CANCELLED",
+    "RunSuspended": "RUN_SUSPENDED",
+    "RunTimeout": "RUN_TIMEOUT",
+    "StepFailed": "STEP_FAILED",
+    "IdempotencyConflict": "IDEMPOTENCY_CONFLICT",
+    "StepFunctionNotFound": "RPC_NOT_FOUND",
+    "StepResultNotSerializable": None,
+    "NonDeterministicReplay": "NON_DETERMINISTIC",
+    "ApprovalResolved": "APPROVAL_RESOLVED",
+    "ApprovalForbidden": "APPROVAL_FORBIDDEN",
+    "SignalTimeout": "SIGNAL_TIMEOUT",
+    "WorkflowDispatchException": None,
+    "StepSuperseded": None,
+}
+
+SIGNALS = ["WorkflowSignal", "RunParked", "RunSuspendedSignal", "RunInterrupted"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED_CODES))
+def test_exported_exception__in_namespace_and_subclasses_workflow_error(name):
+    cls = getattr(pw, name)
+    assert name in pw.__all__
+    assert issubclass(cls, pw.WorkflowError)
+    assert issubclass(cls, Exception)
+    assert cls is getattr(exceptions, name)
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED_CODES))
+def test_exported_exception__declares_its_own_code(name):
+    cls = getattr(pw, name)
+    # A class attribute of its own, not WorkflowError's generic code.
+    assert "code" in vars(cls)
+    assert isinstance(cls.code, str)
+    assert cls.code.isupper()
+    assert cls.code != pw.WorkflowError.code
+    if EXPORTED_CODES[name] is not None:
+        assert cls.code == EXPORTED_CODES[name]
+
+
+def test_exported_exception__codes_are_unique():
+    codes = [getattr(pw, name).code for name in EXPORTED_CODES]
+    assert len(codes) == len(set(codes))
+
+
+def test_workflow_error__default_message_is_the_docstring():
+    assert str(pw.InvalidInput()) == "The input is not valid."
+    assert pw.ApprovalResolved().message == "The approval was already decided."
+    assert str(pw.InvalidInput("retries must be >= 0")) == "retries must be >= 0"
+
+
+def test_error_with_data__builds_its_message_from_attributes():
+    transition = pw.InvalidTransition("run", "completed", "running")
+    assert (transition.current, transition.target) == ("completed", "running")
+    assert "'completed'" in str(transition) and "'running'" in str(transition)
+
+    failed = pw.StepFailed("charge", {"message": "card declined"})
+    assert failed.step_key == "charge"
+    assert failed.error == {"message": "card declined"}
+    assert "card declined" in str(failed)
+
+    run_failed = pw.RunFailed("run-1", {"code": "STEP_FAILED", "message": "boom"})
+    assert run_failed.run_id == "run-1"
+    assert run_failed.error["code"] == "STEP_FAILED"
+    assert "boom" in str(run_failed)
+
+    superseded = pw.StepSuperseded("charge", 2)
+    assert (superseded.step_key, superseded.attempt) == ("charge", 2)
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_workflow_signal__is_base_exception_not_exception(name):
+    cls = getattr(exceptions, name)
+    assert issubclass(cls, exceptions.WorkflowSignal)
+    assert issubclass(cls, BaseException)
+    assert not issubclass(cls, Exception)
+    assert not issubclass(cls, pw.WorkflowError)
+
+
+def test_workflow_signal__escapes_except_exception():
+    def body():
+        try:
+            raise exceptions.RunSuspendedSignal("waiting for stock")
+        except Exception:  # what a user's workflow body might write
+            return "swallowed"
+
+    with pytest.raises(exceptions.RunSuspendedSignal) as caught:
+        body()
+    assert caught.value.reason == "waiting for stock"
+    assert caught.value.code == "WORKFLOW_SUSPENDED"
+
+
+def test_workflow_error__only_workflow_signals_skip_exception():
+    # STYLE: control-flow signals subclass BaseException; nothing else does.
+    outside_exception = [
+        cls
+        for cls in vars(exceptions).values()
+        if isinstance(cls, type)
+        and issubclass(cls, BaseException)
+        and not issubclass(cls, Exception)
+    ]
+    assert set(SIGNALS) <= {cls.__name__ for cls in outside_exception}
+    assert all(issubclass(cls, exceptions.WorkflowSignal) for cls in outside_exception)

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import uuid
+
+import pytest
+
+from pikku_workflows.serialization import NotStorableJson, round_trip
+
+
+def test_round_trip__tuple_becomes_list():
+    assert round_trip((1, 2, (3, 4))) == [1, 2, [3, 4]]
+    assert round_trip({"pair": ("a", "b")}) == {"pair": ["a", "b"]}
+
+
+def test_round_trip__returns_a_copy_not_the_value():
+    value = {"items": [1, {"x": 2}]}
+    result = round_trip(value)
+    assert result == value
+    assert result is not value
+    assert result["items"] is not value["items"]
+
+
+def test_round_trip__int_dict_keys_become_strings():
+    assert round_trip({1: "one"}) == {"1": "one"}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -7, 2**70, 1.25, "", "héllo ✓", [], {}, {"a": [None, {"b": "c"}]}],
+)
+def test_round_trip__json_values_unchanged(value):
+    assert round_trip(value) == value
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_round_trip__non_finite_floats_rejected(number):
+    with pytest.raises(NotStorableJson):
+        round_trip(number)
+    with pytest.raises(NotStorableJson):
+        round_trip({"nested": [1, number]})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\u0000",
+        "a\u0000b",
+        ["ok", "bad\x00"],
+        {"key": "value\u0000"},
+        {"key\u0000": "value"},
+        {"outer": {"in\u0000ner": 1}},
+    ],
+)
+def test_round_trip__nul_character_rejected_in_strings_and_keys(value):
+    with pytest.raises(NotStorableJson):
+        round_trip(value)
+
+
+@pytest.mark.parametrize("text", ["\\u0000", "C:\\u0000\\dir", "\\\\u0000"])
+def test_round_trip__escaped_backslash_before_u0000_is_not_a_nul(text):
+    # A literal backslash followed by "u0000" is six ordinary characters jsonb stores fine.
+    assert round_trip(text) == text
+    assert round_trip({text: text}) == {text: text}
+
+
+def test_round_trip__nul_after_escaped_backslash_still_rejected():
+    with pytest.raises(NotStorableJson):
+        round_trip("\\\u0000")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        object(),
+        {"when": datetime.datetime(2024, 1, 1)},
+        [decimal.Decimal("1.5")],
+        {uuid.uuid4()},
+        b"bytes",
+        {("tuple", "key"): 1},
+        lambda: None,
+    ],
+)
+def test_round_trip__non_serialisable_rejected(value):
+    with pytest.raises(NotStorableJson):
+        round_trip(value)
+
+
+def test_round_trip__circular_reference_rejected():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(NotStorableJson):
+        round_trip(loop)
+
+
+def test_round_trip__error_is_a_value_error_chained_to_its_cause():
+    with pytest.raises(ValueError) as caught:
+        round_trip(object())
+    assert isinstance(caught.value, NotStorableJson)
+    assert isinstance(caught.value.__cause__, TypeError)
