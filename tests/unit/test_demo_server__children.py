@@ -1,0 +1,90 @@
+"""`manage.py demo_server`: prints where to log in, starts its children, stops them together."""
+
+from __future__ import annotations
+
+import sys
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from project.demo.management.commands import demo_server
+
+
+class FakeChild:
+    started: list[FakeChild]
+
+    def __init__(self, argv: list[str], **kwargs: Any) -> None:
+        self.argv = argv
+        self.returncode: int | None = None
+        self.terminated = False
+        FakeChild.started.append(self)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def terminate(self) -> None:
+        self.terminated = True
+        self.returncode = -15
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+
+
+@pytest.fixture
+def children(monkeypatch) -> list[FakeChild]:
+    FakeChild.started = []
+    monkeypatch.setattr(demo_server.subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(demo_server, "POLL_SECONDS", 0)
+    return FakeChild.started
+
+
+def test_child_commands__only_the_server_for_now():
+    assert demo_server.child_commands("127.0.0.1:8000") == [["runserver", "127.0.0.1:8000"]]
+    assert demo_server.child_commands("8001", noreload=True) == [
+        ["runserver", "8001", "--noreload"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("addrport", "url"),
+    [
+        ("127.0.0.1:8000", "http://127.0.0.1:8000/admin/"),
+        ("8001", "http://127.0.0.1:8001/admin/"),
+        ("0.0.0.0:9000", "http://127.0.0.1:9000/admin/"),
+    ],
+)
+def test_admin_url(addrport, url):
+    assert demo_server.admin_url(addrport) == url
+
+
+def test_demo_server__prints_login_and_stops_children_on_interrupt(children, monkeypatch):
+    def interrupted(started: list[Any]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo_server, "_wait_for_first_exit", interrupted)
+    out = StringIO()
+
+    call_command("demo_server", stdout=out)
+
+    assert "http://127.0.0.1:8000/admin/" in out.getvalue()
+    assert "admin / admin" in out.getvalue()
+    [server] = children
+    assert server.argv[0] == sys.executable
+    assert server.argv[1].endswith("manage.py")
+    assert server.argv[2:] == ["runserver", "127.0.0.1:8000"]
+    assert server.terminated
+
+
+def test_demo_server__exits_with_the_code_of_a_child_that_died(children, monkeypatch):
+    monkeypatch.setattr(FakeChild, "poll", lambda self: 3)  # the server dies at once
+
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("demo_server", "127.0.0.1:8765", stdout=StringIO())
+
+    assert exit_info.value.code == 3
+    assert len(children) == 1
