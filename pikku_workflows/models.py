@@ -9,6 +9,7 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from .querysets import WorkflowRunQuerySet, WorkflowStepQuerySet
 from .status import RunStatus, StepStatus
@@ -104,7 +105,10 @@ class WorkflowStep(models.Model):
     """One durable unit of a run, unique per run by its step key; reused across attempts."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: unique (run, step_key) serves lookups by run.
+    run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
     step_key = models.CharField(max_length=255)
     kind = models.CharField(max_length=16, default="function")
     function_name = models.CharField(max_length=200, null=True, blank=True)
@@ -164,12 +168,16 @@ class WorkflowStepHistory(models.Model):
     """One attempt of a step, with the time it reached each status."""
 
     id = models.BigAutoField(primary_key=True)
-    step = models.ForeignKey(WorkflowStep, on_delete=models.CASCADE, related_name="history")
+    # No index of its own: unique (step, attempt) serves lookups by step.
+    step = models.ForeignKey(
+        WorkflowStep, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
     attempt = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=StepStatus.choices)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Not auto_now_add: attempt 1's row takes its step's creation moment exactly.
+    created_at = models.DateTimeField(default=timezone.now)
     scheduled_at = models.DateTimeField(null=True, blank=True)
     running_at = models.DateTimeField(null=True, blank=True)
     waiting_at = models.DateTimeField(null=True, blank=True)

@@ -48,8 +48,25 @@ def describe_error(
 
 
 def round_trip_or_text(value: dict[str, Any]) -> dict[str, Any]:
-    """An error dict made storable: any field jsonb refuses becomes its repr without NULs."""
+    """An error dict made storable: only the parts jsonb refuses are rewritten as text."""
     try:
         return round_trip(value)
     except NotStorableJson:
-        return {key: repr(item).replace("\x00", "\\x00") for key, item in value.items()}
+        return {_storable_text(key): _storable(item) for key, item in value.items()}
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _storable_text(value)
+    if isinstance(value, dict):
+        return {_storable_text(str(key)): _storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    try:
+        return round_trip(value)
+    except NotStorableJson:
+        return _storable_text(repr(value))
+
+
+def _storable_text(text: str) -> str:
+    return text.replace("\x00", "\\x00")

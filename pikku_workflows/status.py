@@ -39,8 +39,9 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepStatus.PENDING: frozenset(
         {StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.WAITING, StepStatus.SUCCEEDED}
     ),
-    # A scheduled sleep fires straight to succeeded; a queued step is claimed to running.
-    StepStatus.SCHEDULED: frozenset({StepStatus.RUNNING, StepStatus.SUCCEEDED}),
+    # A scheduled sleep fires straight to succeeded; a queued step is claimed to running, or
+    # handed back to pending (no attempt spent) by a worker that lacks its step function.
+    StepStatus.SCHEDULED: frozenset({StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.PENDING}),
     # running -> running is a re-claim after a lapsed lease: a new attempt.
     StepStatus.RUNNING: frozenset(
         {StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.WAITING}

@@ -13,7 +13,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import pikku_settings
 from ..dispatch import enqueue_orchestration
 from ..exceptions import InvalidTransition, RunParked, StepSuperseded
 from ..models import WorkflowRun, WorkflowStep
@@ -22,7 +21,7 @@ from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
 from . import driving
 from .replay import ReplayPass
 from .runs import create_run_row
-from .transitions import guard_running_run_txn, move_step, move_step_txn
+from .transitions import lock_running_run_txn, move_step, move_step_txn
 
 
 def start_child(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> WorkflowStep:
@@ -37,7 +36,7 @@ def _launch(
     rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy, source: str, *, new_attempt: bool
 ) -> WorkflowStep:
     with transaction.atomic():
-        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
+        lock_running_run_txn(rp.run.pk, rp.holder)
         child = create_run_row(
             step.function_name or "",
             step.data,

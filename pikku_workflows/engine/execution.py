@@ -34,7 +34,7 @@ from .claims import claim_step
 from .context import StepContext, invocation_id
 from .leases import heartbeat
 from .replay import ReplayPass
-from .transitions import guard_running_run_txn, move_run, move_step, move_step_txn
+from .transitions import lock_running_run_txn, move_run, move_step, move_step_txn
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
 def claim_in_pass(rp: ReplayPass, step: WorkflowStep, source: str, *, new_attempt: bool) -> None:
     """Move an in-process step to running (a new attempt from failed or a lapsed lease)."""
     with transaction.atomic():
-        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
+        lock_running_run_txn(rp.run.pk, rp.holder)
         moved = move_step_txn(
             step,
             StepStatus.RUNNING,
@@ -208,24 +208,28 @@ def call_with_timeout(
 
 
 def suspend_for_missing_function(run_id: Any, step_key: str, function_name: str) -> None:
-    """This worker lacks the step function: suspend the run (no attempt) until it is deployed."""
-    unclaimed = WorkflowStep.objects.filter(
-        run_id=run_id,
-        step_key=step_key,
-        status__in=[StepStatus.PENDING, StepStatus.SCHEDULED],
-    )
-    if not unclaimed.exists():
+    """This worker lacks the step function: hand the step back to pending (no attempt spent)
+    and suspend the run until the function is deployed and the run resumed."""
+    step = WorkflowStep.objects.filter(
+        run_id=run_id, step_key=step_key, status__in=[StepStatus.PENDING, StepStatus.SCHEDULED]
+    ).first()
+    if step is None:
         return  # a superseded or settled dispatch: not this message's business
     message = (
         f"Step function {function_name!r} is not registered on this worker (step {step_key!r}); "
         "deploy it and resume the run."
     )
     try:
-        move_run(
-            run_id,
-            RunStatus.SUSPENDED,
-            expected=[RunStatus.RUNNING],
-            error={"code": "RPC_NOT_FOUND", "message": message, "step_key": step_key},
-        )
+        with transaction.atomic():
+            if step.status == StepStatus.SCHEDULED and not move_step_txn(
+                step, StepStatus.PENDING, expected=[StepStatus.SCHEDULED]
+            ):
+                return  # another worker claimed it meanwhile
+            move_run(
+                run_id,
+                RunStatus.SUSPENDED,
+                expected=[RunStatus.RUNNING],
+                error={"code": "RPC_NOT_FOUND", "message": message, "step_key": step_key},
+            )
     except InvalidTransition:
-        return
+        return  # the run is no longer running: nothing to suspend

@@ -29,7 +29,7 @@ from ..serialization import NotStorableJson, round_trip
 from ..status import RunStatus
 from .orchestrator import orchestrate
 from .runs import create_run_row
-from .summary import get_run_status
+from .summary import get_run_status, run_pk
 from .transitions import move_run
 
 logger = logging.getLogger(__name__)
@@ -124,10 +124,11 @@ def run_to_completion(name: str, input: Any = None, *, timeout: float | None = N
 
 
 def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
+    pk = run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = POLL_FIRST_SECONDS
     while True:
-        run = WorkflowRun.objects.filter(pk=run_id).values("status", "output", "error").first()
+        run = WorkflowRun.objects.filter(pk=pk).values("status", "output", "error").first()
         if run is None:
             raise RunNotFound(run_id)
         if run["status"] == RunStatus.COMPLETED:
@@ -150,6 +151,7 @@ def resume_run(run_id: Any, *, by: Any = None) -> dict[str, Any]:
     """Move a suspended run back to running and enqueue a pass; a running run is left as is."""
     from ..dispatch import enqueue_orchestration
 
+    run_id = run_pk(run_id)
     run = WorkflowRun.objects.filter(pk=run_id).values("status").first()
     if run is None:
         raise RunNotFound(run_id)

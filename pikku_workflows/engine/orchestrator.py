@@ -10,6 +10,7 @@ from typing import Any
 
 from ..exceptions import (
     DispatchFailed,
+    InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
     RunInterrupted,
@@ -103,13 +104,9 @@ def _replay(run: WorkflowRun, holder: str, inline_caller: bool) -> bool:
     try:
         output = round_trip(output)
     except NotStorableJson as exc:
-        message = f"The workflow's output is not storable JSON: {exc}"
-        return _end(
-            run,
-            holder,
-            RunStatus.FAILED,
-            error={"code": "OUTPUT_NOT_SERIALIZABLE", "message": message},
-        )
+        problem = InvalidInput(f"The workflow's output is not storable JSON: {exc}")
+        error = describe_error(problem, code="OUTPUT_NOT_SERIALIZABLE")
+        return _end(run, holder, RunStatus.FAILED, error=error)
     return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
 
 

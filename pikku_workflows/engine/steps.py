@@ -29,7 +29,7 @@ from ..status import StepStatus
 from . import children, execution
 from .replay import ReplayPass
 from .suspension import suspend_in_pass
-from .transitions import create_step_txn, guard_running_run_txn, move_step
+from .transitions import create_step_in_run, move_step
 
 KIND_FUNCTION = "function"
 KIND_CALLABLE = "callable"
@@ -65,10 +65,27 @@ def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOpti
     call = _resolve_call(rp, key, target, data, options)
     step = rp.steps.get(call.key)
     if step is not None:
+        _adopt_deployed_workflow(step, call)
         _check_same_step(step, call)
     elif call.kind == KIND_FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
     return _drive(rp, call, step)
+
+
+def _adopt_deployed_workflow(step: WorkflowStep, call: StepCall) -> None:
+    """A name that was unknown when the step was recorded (RPC_NOT_FOUND: pending, no attempt)
+    may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
+    if (
+        step.status == StepStatus.PENDING
+        and step.kind == KIND_FUNCTION
+        and call.kind == KIND_CHILD
+        and step.function_name == call.function_name
+    ):
+        pending = WorkflowStep.objects.filter(
+            pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
+        )
+        if pending.update(kind=KIND_CHILD):
+            step.kind = KIND_CHILD
 
 
 def _resolve_call(
@@ -138,17 +155,25 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
             raise StepFailed(call.key, step.error or {})
         elif step.status == StepStatus.FAILED:
             _wait_for_retry(rp, step)
+            _require_function(rp, call)
             step = _next_attempt(rp, call, step, StepStatus.FAILED)
         elif step.status == StepStatus.RUNNING and _lease_lapsed(step):
+            _require_function(rp, call)
             step = _next_attempt(rp, call, step, StepStatus.RUNNING)
         elif step.status == StepStatus.PENDING:
-            if call.kind == KIND_FUNCTION and call.func is None:
-                suspend_missing_function(rp, call)
+            _require_function(rp, call)
             step = _start_pending(rp, call, step)
         elif step.status == StepStatus.WAITING and call.kind == KIND_CHILD:
             step = children.settle_waiting_step(rp, step, call.policy)
         else:
             raise RunParked(call.key)
+
+
+def _require_function(rp: ReplayPass, call: StepCall) -> None:
+    # Checked before every attempt, not only the first: a rolling deploy can hand a retry (or a
+    # lapsed attempt) to a process without the function. No attempt is started then.
+    if call.kind == KIND_FUNCTION and call.func is None:
+        suspend_missing_function(rp, call)
 
 
 def _lease_lapsed(step: WorkflowStep) -> bool:
@@ -169,11 +194,9 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
 
 
 def _create_step(rp: ReplayPass, call: StepCall, status: str, **fields: Any) -> WorkflowStep:
-    with transaction.atomic():
-        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
-        step = create_step_txn(
-            rp.run.pk, call.key, status=status, **_step_row_fields(call), **fields
-        )
+    step = create_step_in_run(
+        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **fields
+    )
     rp.steps[call.key] = step
     return step
 
@@ -184,7 +207,7 @@ def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
     if _runs_on_worker(rp, call.kind, call.function_name):
         return execution.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
     step = _create_step(rp, call, StepStatus.RUNNING, lease_expires_at=execution.step_lease_until())
-    return execution.run_attempt_in_pass(rp, step, call.func, call.policy)
+    return _run_attempt(rp, call, step)
 
 
 def _start_pending(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
@@ -193,7 +216,27 @@ def _start_pending(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workfl
     if _runs_on_worker(rp, call.kind, call.function_name):
         return execution.dispatch_step(rp, step)
     execution.claim_in_pass(rp, step, StepStatus.PENDING, new_attempt=False)
-    return execution.run_attempt_in_pass(rp, step, call.func, call.policy)
+    return _run_attempt(rp, call, step)
+
+
+def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
+    return execution.run_attempt_in_pass(rp, step, _in_savepoint(call.func), call.policy)
+
+
+def _in_savepoint(func: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """Run user code in a savepoint when the caller's transaction is open (an inline start inside
+    `atomic()`): a database error in a step then fails its attempt, not the whole transaction,
+    and the failed attempt's writes roll back with it."""
+    if func is None:
+        return None
+
+    def call(*args: Any) -> Any:
+        if not transaction.get_connection().in_atomic_block:
+            return func(*args)
+        with transaction.atomic():
+            return func(*args)
+
+    return call
 
 
 def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep, source: str) -> WorkflowStep:
@@ -203,7 +246,7 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep, source: st
         # The worker's claim turns the failed or lapsed attempt into a new one.
         return execution.dispatch_step(rp, step)
     execution.claim_in_pass(rp, step, source, new_attempt=True)
-    return execution.run_attempt_in_pass(rp, step, call.func, call.policy)
+    return _run_attempt(rp, call, step)
 
 
 def _wait_for_retry(rp: ReplayPass, step: WorkflowStep) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db.models import Prefetch
@@ -12,8 +13,18 @@ from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
 
 
+def run_pk(run_id: Any) -> uuid.UUID:
+    """The run id as a UUID; a malformed id names no run (RunNotFound, not a ValidationError)."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        raise RunNotFound(run_id) from None
+
+
 def get_run_status(run_id: Any) -> dict[str, Any]:
-    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_pk(run_id)).first()
     if run is None:
         raise RunNotFound(run_id)
     steps = list(

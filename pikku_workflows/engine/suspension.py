@@ -6,11 +6,10 @@ from typing import Any
 
 from django.db import transaction
 
-from ..conf import pikku_settings
 from ..exceptions import RunSuspendedSignal
 from ..status import RunStatus, StepStatus
 from .replay import ReplayPass
-from .transitions import create_step_txn, guard_running_run_txn, move_run
+from .transitions import create_step_txn, lock_running_run_txn, move_run
 
 
 def suspend_in_pass(
@@ -27,7 +26,7 @@ def suspend_in_pass(
     One transaction: a crash can't leave a recorded suspend step on a run that kept running.
     """
     with transaction.atomic():
-        guard_running_run_txn(rp.run.pk, rp.holder, pikku_settings.RUN_LEASE_SECONDS)
+        lock_running_run_txn(rp.run.pk, rp.holder)
         if step_fields is not None:
             status = StepStatus.SUCCEEDED if step_result is not None else StepStatus.PENDING
             rp.steps[step_key] = create_step_txn(

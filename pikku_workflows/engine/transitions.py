@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -19,6 +18,7 @@ from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..querysets import DatabaseNow
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus, run_sources, step_sources
+from . import fast_path
 
 HISTORY_TIMESTAMP: dict[str, str] = {
     StepStatus.PENDING: "created_at",
@@ -68,20 +68,38 @@ def move_run(
     raise InvalidTransition("run", current, target)
 
 
-def guard_running_run_txn(run_id: Any, lease_holder: str | None, lease_seconds: float) -> None:
-    """Inside a transaction: prove the run is still running (and ours), renewing its lease.
+def lock_running_run_txn(run_id: Any, lease_holder: str) -> None:
+    """Inside a transaction: prove the run is still running under this pass, and keep it so.
 
-    Step creation and claims call this first, so a cancelled or suspended run starts nothing new;
-    the row lock it takes is held only until the short transaction commits.
+    The row lock (FOR NO KEY UPDATE, which a cancel or suspend also needs) lasts until the short
+    transaction commits: a cancelled or suspended run starts nothing new. It writes nothing, so
+    a step costs the run row no new version; the heartbeat renews the lease.
     """
     assert transaction.get_connection().in_atomic_block
-    runs = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
-    changes: dict[str, Any] = {"updated_at": DatabaseNow()}
-    if lease_holder is not None:
-        runs = runs.filter(lease_holder=lease_holder)
-        changes["lease_expires_at"] = DatabaseNow() + timedelta(seconds=lease_seconds)
-    if not runs.update(**changes):
+    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(
+        pk=run_id, status=RunStatus.RUNNING, lease_holder=lease_holder
+    )
+    if not runs.values_list("pk", flat=True)[:1]:
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+
+
+def create_step_in_run(
+    run_id: Any, lease_holder: str, step_key: str, *, status: str, **fields: Any
+) -> WorkflowStep:
+    """Insert a step with its first history row into a run this pass holds: one commit.
+
+    On PostgreSQL it is one statement (guard, step, history); elsewhere one short transaction.
+    """
+    if _fast_path_available():
+        step, history = _new_step_rows(run_id, step_key, status, fields)
+        if not fast_path.insert_step_guarded(
+            run_id, lease_holder, step, history, stamp_first_attempt
+        ):
+            raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+        return step
+    with transaction.atomic():
+        lock_running_run_txn(run_id, lease_holder)
+        return create_step_txn(run_id, step_key, status=status, **fields)
 
 
 def create_step_txn(
@@ -97,13 +115,36 @@ def create_step_txn(
     created_at, so the timeline still shows both.
     """
     assert transaction.get_connection().in_atomic_block
-    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
+    step, history = _new_step_rows(run_id, step_key, status, fields)
     step.save(force_insert=True)
-    history = WorkflowStepHistory(step=step, attempt=step.attempt, status=status)
-    if status != StepStatus.PENDING:
-        setattr(history, HISTORY_TIMESTAMP[status], step.created_at)
+    stamp_first_attempt(history, step)
     history.save(force_insert=True)
     return step
+
+
+def _new_step_rows(
+    run_id: Any, step_key: str, status: str, fields: dict[str, Any]
+) -> tuple[WorkflowStep, WorkflowStepHistory]:
+    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
+    history = WorkflowStepHistory(
+        step=step,
+        attempt=step.attempt,
+        status=status,
+        result=fields.get("result"),
+        error=fields.get("error"),
+    )
+    return step, history
+
+
+def stamp_first_attempt(history: WorkflowStepHistory, step: WorkflowStep) -> None:
+    """Give attempt 1's history row the moment the (just saved) step was created."""
+    history.created_at = step.created_at
+    if history.status != StepStatus.PENDING:
+        setattr(history, HISTORY_TIMESTAMP[history.status], step.created_at)
+
+
+def _fast_path_available() -> bool:
+    return transaction.get_connection().vendor == "postgresql"
 
 
 def move_step(
@@ -119,8 +160,14 @@ def move_step(
     `new_attempt` advances the attempt in the same guarded write, fencing out the previous
     attempt's worker. `step` is updated in memory on success.
     """
-    with transaction.atomic():
-        moved = move_step_txn(step, target, expected=expected, new_attempt=new_attempt, **fields)
+    if _fast_path_available() and not new_attempt and fast_path.plain(fields):
+        # One statement is its own transaction: no BEGIN/COMMIT round trips around it.
+        moved = _move_step_fast(step, target, expected, fields)
+    else:
+        with transaction.atomic():
+            moved = move_step_txn(
+                step, target, expected=expected, new_attempt=new_attempt, **fields
+            )
     if not moved:
         _raise_refused(step, target)
 
@@ -163,6 +210,29 @@ def move_step_txn(
     for key, value in fields.items():
         if not hasattr(value, "resolve_expression"):
             setattr(step, key, value)
+    return True
+
+
+def _move_step_fast(
+    step: WorkflowStep, target: str, expected: Iterable[str] | None, fields: dict[str, Any]
+) -> bool:
+    sources = _checked_sources("step", target, step_sources(target) - {target}, expected)
+    history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
+    history_values["status"] = target
+    history_values[HISTORY_TIMESTAMP[target]] = timezone.now()
+    moved, history_found = fast_path.update_step_fenced(
+        step, sources, {"status": target, **fields}, history_values
+    )
+    if not moved:
+        return False
+    if not history_found:
+        with transaction.atomic():
+            _record_history(
+                step, target, {k: fields[k] for k in ("result", "error") if k in fields}
+            )
+    step.status = target
+    for key, value in fields.items():
+        setattr(step, key, value)
     return True
 
 

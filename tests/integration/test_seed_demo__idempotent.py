@@ -9,6 +9,7 @@ from django.contrib.auth import authenticate, get_user_model
 from django.core.management import CommandError, call_command
 
 from pikku_workflows.models import WorkflowRun
+from project.demo.management.commands.seed_demo import DEMO_ORDERS
 from project.demo.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ def seed(**options) -> str:
     return out.getvalue()
 
 
-def test_seed_demo__creates_superuser_and_orders_once(settings):
+def test_seed_demo__creates_superuser_orders_and_their_runs_once(settings):
     settings.DEBUG = True
 
     first = seed()
@@ -29,12 +30,20 @@ def test_seed_demo__creates_superuser_and_orders_once(settings):
     user = authenticate(username="admin", password="admin")
     assert user is not None and user.is_superuser and user.is_staff
     assert get_user_model().objects.filter(username="admin").count() == 1
-    assert Order.objects.count() == 2
+    orders = len(DEMO_ORDERS)
+    assert Order.objects.count() == orders
     assert "username 'admin', password 'admin'" in first
     assert "Created superuser 'admin'" in first
-    assert "2 created" in first
-    assert "exists" in second and "0 created, 2 already there" in second
-    assert not WorkflowRun.objects.exists()  # runs come from the engine, not from seeding
+    assert f"{orders} created" in first
+    assert "exists" in second and f"0 created, {orders} already there" in second
+    # One queued fulfilment run per order, about that order, started by admin; not repeated.
+    runs = WorkflowRun.objects.filter(workflow="order_fulfilment")
+    assert runs.count() == orders
+    assert set(runs.values_list("subject_id", flat=True)) == {
+        str(pk) for pk in Order.objects.values_list("pk", flat=True)
+    }
+    assert set(runs.values_list("started_by__username", flat=True)) == {"admin"}
+    assert set(runs.values_list("status", flat=True)) == {"running"}
 
 
 def test_seed_demo__keeps_a_changed_password(settings):

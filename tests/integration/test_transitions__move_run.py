@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from pikku_workflows.engine.transitions import guard_running_run_txn, move_run
+from pikku_workflows.engine.transitions import lock_running_run_txn, move_run
 from pikku_workflows.exceptions import InvalidTransition, RunInterrupted
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import RunStatus
@@ -165,15 +165,16 @@ def test_move_run__updated_at_changes_on_every_guarded_update():
         assert WorkflowRun.objects.get(pk=run.pk).updated_at > stale + timedelta(minutes=59), target
 
 
-def test_guard_running_run_txn__renews_the_holders_lease():
+def test_lock_running_run_txn__accepts_the_holder_and_writes_nothing():
     run = _run_last_touched_an_hour_ago(lease_holder="pass-a", lease_expires_at=timezone.now())
+    before = _snapshot(run.pk)
 
-    with transaction.atomic():
-        guard_running_run_txn(run.pk, "pass-a", lease_seconds=600)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        lock_running_run_txn(run.pk, "pass-a")
 
-    renewed = WorkflowRun.objects.get(pk=run.pk)
-    assert renewed.lease_expires_at > timezone.now() + timedelta(seconds=500)
-    assert renewed.updated_at > run.updated_at
+    assert _snapshot(run.pk) == before
+    if connection.vendor == "postgresql":
+        assert any("FOR NO KEY UPDATE" in q["sql"] for q in queries.captured_queries)
 
 
 @pytest.mark.parametrize(
@@ -184,11 +185,11 @@ def test_guard_running_run_txn__renews_the_holders_lease():
         (RunStatus.RUNNING, "pass-b"),
     ],
 )
-def test_guard_running_run_txn__refuses_a_run_no_longer_ours(status, holder):
+def test_lock_running_run_txn__refuses_a_run_no_longer_ours(status, holder):
     run = _run_last_touched_an_hour_ago(status=status, lease_holder=holder)
     before = _snapshot(run.pk)
 
     with pytest.raises(RunInterrupted), transaction.atomic():
-        guard_running_run_txn(run.pk, "pass-a", lease_seconds=600)
+        lock_running_run_txn(run.pk, "pass-a")
 
     assert _snapshot(run.pk) == before

@@ -43,10 +43,17 @@ def children(monkeypatch) -> list[FakeChild]:
     return FakeChild.started
 
 
-def test_child_commands__only_the_server_for_now():
-    assert demo_server.child_commands("127.0.0.1:8000") == [["runserver", "127.0.0.1:8000"]]
+WORKER = ["pikku_worker", "--workers", "2"]
+
+
+def test_child_commands__the_server_and_a_worker():
+    assert demo_server.child_commands("127.0.0.1:8000") == [
+        ["runserver", "127.0.0.1:8000"],
+        WORKER,
+    ]
     assert demo_server.child_commands("8001", noreload=True) == [
-        ["runserver", "8001", "--noreload"]
+        ["runserver", "8001", "--noreload"],
+        WORKER,
     ]
 
 
@@ -73,11 +80,12 @@ def test_demo_server__prints_login_and_stops_children_on_interrupt(children, mon
 
     assert "http://127.0.0.1:8000/admin/" in out.getvalue()
     assert "admin / admin" in out.getvalue()
-    [server] = children
+    server, worker = children
     assert server.argv[0] == sys.executable
     assert server.argv[1].endswith("manage.py")
     assert server.argv[2:] == ["runserver", "127.0.0.1:8000"]
-    assert server.terminated
+    assert worker.argv[2:] == WORKER
+    assert server.terminated and worker.terminated
 
 
 def test_demo_server__exits_with_the_code_of_a_child_that_died(children, monkeypatch):
@@ -87,4 +95,4 @@ def test_demo_server__exits_with_the_code_of_a_child_that_died(children, monkeyp
         call_command("demo_server", "127.0.0.1:8765", stdout=StringIO())
 
     assert exit_info.value.code == 3
-    assert len(children) == 1
+    assert len(children) == 2

@@ -33,6 +33,8 @@ def test_step_transitions__succeeded_is_final():
         assert not step_can_move(StepStatus.SUCCEEDED, target)
 
 
-def test_step_transitions__scheduled_never_goes_back_to_pending():
-    assert not step_can_move(StepStatus.SCHEDULED, StepStatus.PENDING)
+def test_step_transitions__scheduled_goes_back_to_pending_only_undispatched():
+    # A worker without the step function hands the step back: no attempt was spent.
+    assert step_can_move(StepStatus.SCHEDULED, StepStatus.PENDING)
     assert step_can_move(StepStatus.PENDING, StepStatus.SCHEDULED)
+    assert not step_can_move(StepStatus.RUNNING, StepStatus.PENDING)

@@ -19,9 +19,9 @@ POLL_SECONDS = 0.2
 
 
 def child_commands(addrport: str, *, noreload: bool = False) -> list[list[str]]:
-    """The `manage.py` commands the demo runs side by side (the worker joins this list later)."""
+    """The `manage.py` commands the demo runs side by side: the web server and one worker."""
     server = ["runserver", addrport, *(["--noreload"] if noreload else [])]
-    return [server]
+    return [server, ["pikku_worker", "--workers", "2"]]
 
 
 def admin_url(addrport: str) -> str:
@@ -32,7 +32,7 @@ def admin_url(addrport: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Run the demo: the development server (stopped together on Ctrl-C or SIGTERM)."
+    help = "Run the demo: the development server and a pikku_worker (stopped together)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")

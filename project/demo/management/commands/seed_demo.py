@@ -13,7 +13,14 @@ from project.demo.models import Order
 
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"
-DEMO_ORDERS = (("Ada Lovelace", Decimal("42.00")), ("Grace Hopper", Decimal("99.50")))
+# Each demo order's fulfilment shows one behaviour in the admin.
+DEMO_ORDERS: tuple[tuple[str, Decimal, dict[str, Any]], ...] = (
+    ("Ada Lovelace", Decimal("42.00"), {}),  # runs straight through
+    ("Grace Hopper", Decimal("99.50"), {"declines": 1}),  # the card is declined once, retried
+    ("Alan Turing", Decimal("12.00"), {"declines": 9, "charge_retries": 1}),  # fails, refunds
+    ("Barbara Liskov", Decimal("250.00"), {"needs_review": True}),  # suspended: resume it
+    ("Edsger Dijkstra", Decimal("7.00"), {"work_seconds": 30}),  # slow: kill the worker now
+)
 
 
 class Command(BaseCommand):
@@ -36,14 +43,17 @@ class Command(BaseCommand):
                 ADMIN_USERNAME, "admin@example.com", ADMIN_PASSWORD
             )
             self.stdout.write(self.style.SUCCESS(f"Created superuser {ADMIN_USERNAME!r}."))
+        admin = user_model._default_manager.get(username=ADMIN_USERNAME)
         created = 0
-        for customer, amount in DEMO_ORDERS:
-            _, was_created = Order.objects.get_or_create(
+        for customer, amount, scenario in DEMO_ORDERS:
+            order, was_created = Order.objects.get_or_create(
                 customer=customer, defaults={"amount": amount}
             )
             created += was_created
+            _start_fulfilment(order, scenario, admin)
         self.stdout.write(
-            f"Demo orders: {created} created, {len(DEMO_ORDERS) - created} already there."
+            f"Demo orders: {created} created, {len(DEMO_ORDERS) - created} already there; "
+            "their fulfilment runs are queued for the worker."
         )
         self.stdout.write(
             self.style.SUCCESS(
@@ -51,3 +61,16 @@ class Command(BaseCommand):
                 " (unless you changed it)."
             )
         )
+
+
+def _start_fulfilment(order: Order, scenario: dict[str, Any], started_by: Any) -> None:
+    """Queue the order's fulfilment run (once: the idempotency key makes a re-seed a no-op)."""
+    import pikku_workflows as pw
+
+    pw.start_workflow(
+        "order_fulfilment",
+        {"order_id": order.pk, "items": ["book"], "amount": float(order.amount), **scenario},
+        idempotency_key=f"demo-order-{order.pk}",
+        started_by=started_by,
+        subject=order,
+    )
