@@ -178,7 +178,7 @@ def test_move_step__stale_attempt_cannot_start_another_attempt():
     [
         (StepStatus.SUCCEEDED, StepStatus.RUNNING),
         (StepStatus.SUCCEEDED, StepStatus.FAILED),
-        (StepStatus.SCHEDULED, StepStatus.PENDING),
+        (StepStatus.RUNNING, StepStatus.PENDING),
         (StepStatus.PENDING, StepStatus.FAILED),
         (StepStatus.WAITING, StepStatus.SCHEDULED),
     ],

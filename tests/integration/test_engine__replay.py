@@ -1,0 +1,182 @@
+"""Replay: recorded steps return their stored result without running again, and a pass reads
+the run's steps with one query."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import pikku_workflows as pw
+from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.status import RunStatus, StepStatus
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+STEP_TABLE = WorkflowStep._meta.db_table
+HISTORY_TABLE = WorkflowStepHistory._meta.db_table
+RUN_TABLE = WorkflowRun._meta.db_table
+
+
+def _statements(context: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in context.captured_queries]
+
+
+def _reads_of(table: str, statements: list[str]) -> list[str]:
+    return [sql for sql in statements if sql.startswith("SELECT") and f'FROM "{table}"' in sql]
+
+
+@pytest.fixture
+def twenty_steps_then_a_long_sleep():
+    """A workflow of 20 recorded steps whose last step (a long sleep) parks the run."""
+    calls = []
+
+    @pw.step_function("replay.add_one")
+    def add_one(data, ctx):
+        calls.append(ctx.step_key)
+        return data["n"] + 1
+
+    @pw.workflow("replay.twenty")
+    def twenty(wf, input):
+        n = 0
+        for _ in range(20):
+            n = wf.do("add", "replay.add_one", {"n": n})
+        wf.sleep("rest", "1h")
+        return n
+
+    run_id = pw.start_workflow("replay.twenty", {}, inline=True)
+    return run_id, calls
+
+
+def test_replay__recorded_steps_are_not_run_again(twenty_steps_then_a_long_sleep):
+    run_id, calls = twenty_steps_then_a_long_sleep
+    assert len(calls) == 20
+
+    orchestrate(run_id)
+    orchestrate(run_id)
+
+    assert len(calls) == 20
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.RUNNING
+    steps = WorkflowStep.objects.filter(run_id=run_id)
+    assert steps.filter(status=StepStatus.SUCCEEDED).count() == 20
+    assert steps.get(step_key="rest").status == StepStatus.SCHEDULED
+
+
+def test_replay__pass_reads_every_step_with_one_query(twenty_steps_then_a_long_sleep):
+    run_id, calls = twenty_steps_then_a_long_sleep
+
+    with CaptureQueriesContext(connection) as context:
+        orchestrate(run_id)
+
+    statements = _statements(context)
+    # The 20 recorded steps and the parked sleep all come from one read of the step table.
+    assert len(_reads_of(STEP_TABLE, statements)) == 1
+    # 1. read the run (settled runs return here), 2. take the run lease (conditional UPDATE),
+    # 3. read every step of the run, 4. release the run lease. Nothing is written per step.
+    assert len(statements) == 4, statements
+    assert statements[0].startswith("SELECT") and f'FROM "{RUN_TABLE}"' in statements[0]
+    assert statements[1].startswith(f'UPDATE "{RUN_TABLE}"')
+    assert statements[3].startswith(f'UPDATE "{RUN_TABLE}"')
+    assert len(calls) == 20
+
+
+def test_replay__settled_run_returns_after_one_read_and_takes_no_lease():
+    calls = []
+
+    @pw.workflow("replay.settled")
+    def settled(wf, input):
+        calls.append(1)
+        return wf.do("only", lambda: "done")
+
+    run_id = pw.start_workflow("replay.settled", {}, inline=True)
+
+    with CaptureQueriesContext(connection) as context:
+        orchestrate(run_id)
+
+    statements = _statements(context)
+    assert len(statements) == 1
+    assert statements[0].startswith("SELECT")
+    assert calls == [1]
+    assert WorkflowRun.objects.get(pk=run_id).output == "done"
+
+
+def _statements_to_run(name: str, steps: int) -> list[str]:
+    with CaptureQueriesContext(connection) as context:
+        run_id = pw.start_workflow(name, {"steps": steps}, inline=True)
+    assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+    return _statements(context)
+
+
+def test_replay__each_new_inline_step_costs_two_statements():
+    @pw.step_function("replay.noop")
+    def noop(data, ctx):
+        return data
+
+    @pw.workflow("replay.k_steps")
+    def k_steps(wf, input):
+        for i in range(input["steps"]):
+            wf.do("step", "replay.noop", i)
+        return input["steps"]
+
+    short = _statements_to_run("replay.k_steps", 5)
+    long = _statements_to_run("replay.k_steps", 15)
+
+    def per_step(prefix: str | None = None) -> float:
+        def count(statements: list[str]) -> int:
+            return sum(1 for sql in statements if prefix is None or sql.lstrip().startswith(prefix))
+
+        return (count(long) - count(short)) / 10
+
+    # Each new inline step is two statements, each its own (autocommit) transaction, so two
+    # commits and no BEGIN/COMMIT round trips (Django would capture those):
+    #   1. WITH guard (the run is running under our lease, FOR SHARE) INSERT the step, straight
+    #      into running, and INSERT its history row (attempt 1): nothing if the guard fails
+    #   -- the step function runs here, outside any transaction
+    #   2. WITH moved: UPDATE the step to succeeded with its result (fenced by attempt and
+    #      status) and UPDATE that attempt's history row
+    assert per_step() == 2
+    assert per_step("WITH guard") == 1
+    assert per_step("WITH moved") == 1
+    assert per_step("BEGIN") == per_step("COMMIT") == 0
+    # No per-step re-read of the run or of the steps.
+    assert per_step("SELECT") == 0
+    assert len(_reads_of(STEP_TABLE, long)) == 1
+    created = [sql for sql in long if sql.lstrip().startswith("WITH guard")]
+    assert all(f'INSERT INTO "{STEP_TABLE}"' in sql for sql in created)
+    assert all(f'INSERT INTO "{HISTORY_TABLE}"' in sql for sql in created)
+    recorded = [sql for sql in long if sql.lstrip().startswith("WITH moved")]
+    assert all(f'UPDATE "{STEP_TABLE}"' in sql for sql in recorded)
+    assert all(f'UPDATE "{HISTORY_TABLE}"' in sql for sql in recorded)
+
+
+def test_replay__resumed_run_returns_recorded_results_and_runs_only_new_steps():
+    calls = []
+    seen = []
+
+    @pw.step_function("replay.tick")
+    def tick(data, ctx):
+        calls.append(ctx.step_key)
+        return len(calls)
+
+    @pw.workflow("replay.gated")
+    def gated(wf, input):
+        before = [wf.do("before", "replay.tick") for _ in range(3)]
+        seen.append(before)
+        wf.suspend("gate")
+        after = [wf.do("after", "replay.tick") for _ in range(2)]
+        return {"before": before, "after": after}
+
+    run_id = pw.start_workflow("replay.gated", {}, inline=True)
+    assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.SUSPENDED
+
+    pw.resume_run(run_id)
+    orchestrate(run_id)
+
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.COMPLETED
+    assert calls == ["before", "before#1", "before#2", "after", "after#1"]
+    # The replay saw the recorded results, not fresh calls.
+    assert seen == [[1, 2, 3], [1, 2, 3]]
+    assert run.output == {"before": [1, 2, 3], "after": [4, 5]}
