@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from pikku_workflows.checks import check_database, check_queue_configuration
+
+RECOMMENDED = {
+    "name": "pikku",
+    "orm": "default",
+    "timeout": 300,
+    "retry": 600,
+    "max_attempts": 1,
+    "ack_failures": True,
+    "save_limit": -1,
+}
+
+
+def ids(messages) -> set[str]:
+    return {message.id for message in messages}
+
+
+def test_queue_checks__recommended_configuration_is_clean():
+    with override_settings(Q_CLUSTER=RECOMMENDED):
+        assert check_queue_configuration() == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"retry": 300}, "pikku_workflows.W001"),
+        ({"retry": 100}, "pikku_workflows.W001"),
+        ({"max_attempts": 0}, "pikku_workflows.W002"),
+        ({"max_attempts": 3}, "pikku_workflows.W002"),
+        ({"save_limit": 250}, "pikku_workflows.W003"),
+    ],
+)
+def test_queue_checks__risky_settings_warn(change, expected):
+    with override_settings(Q_CLUSTER={**RECOMMENDED, **change}):
+        assert ids(check_queue_configuration()) == {expected}
+
+
+def test_database_checks__conn_max_age_zero_warns(monkeypatch):
+    from django.db import connections
+
+    settings_dict = connections["default"].settings_dict
+    monkeypatch.setitem(settings_dict, "CONN_MAX_AGE", 0)
+    assert "pikku_workflows.W005" in ids(check_database())
+    monkeypatch.setitem(settings_dict, "CONN_MAX_AGE", 60)
+    assert "pikku_workflows.W005" not in ids(check_database())
+
+
+def test_database_checks__sqlite_warns_single_machine_only():
+    from django.db import connections
+
+    found = "pikku_workflows.W004" in ids(check_database())
+    assert found == (connections["default"].vendor == "sqlite")
