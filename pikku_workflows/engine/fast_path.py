@@ -2,11 +2,13 @@
 
 The ORM forms in `transitions` are the reference; these issue the same rows in one round trip
 each (measured: the ORM's own CPU cost per step exceeded the database's). Values are adapted
-by the model fields themselves (`get_db_prep_save`), so they are stored exactly as the ORM would.
+by the model fields themselves (`get_db_prep_save`), so they are stored exactly as the ORM
+would store them; the statement text is built once per column set and cached.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,35 +18,55 @@ from django.db.models import Field, Model
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import RunStatus
 
+HISTORY_SKIPPED = ("id", "step")
+
 
 def plain(fields: dict[str, Any]) -> bool:
     """True when no value is a database expression (those need the ORM's compiler)."""
     return not any(hasattr(value, "resolve_expression") for value in fields.values())
 
 
-def _column_values(instance: Model, skip: Iterable[str] = ()) -> tuple[list[str], list[Any]]:
-    """Columns and adapted values of `instance` as an INSERT would write them, each cast."""
-    columns, values = [], []
-    for field in instance._meta.concrete_fields:
-        if field.name in skip or (field.primary_key and getattr(instance, field.attname) is None):
-            continue
-        columns.append(_quoted_column(field))
-        values.append(field.get_db_prep_save(field.pre_save(instance, add=True), connection))
-    return columns, values
+def _quoted(name: str) -> str:
+    return connection.ops.quote_name(name)
 
 
-def _quoted_column(field: Field) -> str:
+def _inserted_fields(model: type[Model], skip: tuple[str, ...] = ()) -> list[Field]:
+    return [field for field in model._meta.concrete_fields if field.name not in skip]
+
+
+def _cast(field: Field) -> str:
+    return f"%s::{field.db_type(connection)}"
+
+
+def _column(field: Field) -> str:
     assert field.column is not None  # concrete fields always have one
-    return connection.ops.quote_name(field.column)
+    return _quoted(field.column)
 
 
-def _casts(instance: Model, skip: Iterable[str] = ()) -> list[str]:
+def _insert_values(instance: Model, fields: list[Field]) -> list[Any]:
     return [
-        f"%s::{field.db_type(connection)}"
-        for field in instance._meta.concrete_fields
-        if field.name not in skip
-        and not (field.primary_key and getattr(instance, field.attname) is None)
+        field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields
     ]
+
+
+@functools.cache
+def _insert_step_sql() -> str:
+    step_fields = _inserted_fields(WorkflowStep)
+    history_fields = _inserted_fields(WorkflowStepHistory, HISTORY_SKIPPED)
+    return f"""
+        WITH guard AS (
+            SELECT 1 FROM {_quoted(WorkflowRun._meta.db_table)}
+            WHERE id = %s AND status = %s AND lease_holder = %s FOR SHARE
+        ), new_step AS (
+            INSERT INTO {_quoted(WorkflowStep._meta.db_table)}
+                ({", ".join(_column(f) for f in step_fields)})
+            SELECT {", ".join(_cast(f) for f in step_fields)} FROM guard RETURNING id
+        )
+        INSERT INTO {_quoted(WorkflowStepHistory._meta.db_table)}
+            (step_id, {", ".join(_column(f) for f in history_fields)})
+        SELECT new_step.id, {", ".join(_cast(f) for f in history_fields)} FROM new_step
+        RETURNING step_id
+    """
 
 
 def insert_step_guarded(
@@ -59,28 +81,47 @@ def insert_step_guarded(
     FOR SHARE holds the run row against a concurrent cancel or suspend (whose UPDATE waits)
     without writing it. False when the guard matched nothing (nothing inserted).
     """
-    step_columns, step_values = _column_values(step)  # stamps step.created_at
+    step_values = _insert_values(step, _inserted_fields(WorkflowStep))  # stamps created_at
     stamp_first_attempt(history, step)
-    history_columns, history_values = _column_values(history, skip=("step",))
-    run_table = connection.ops.quote_name(WorkflowRun._meta.db_table)
-    sql = f"""
-        WITH guard AS (
-            SELECT 1 FROM {run_table}
-            WHERE id = %s AND status = %s AND lease_holder = %s FOR SHARE
-        ), new_step AS (
-            INSERT INTO {connection.ops.quote_name(WorkflowStep._meta.db_table)}
-                ({", ".join(step_columns)})
-            SELECT {", ".join(_casts(step))} FROM guard RETURNING id
-        )
-        INSERT INTO {connection.ops.quote_name(WorkflowStepHistory._meta.db_table)}
-            (step_id, {", ".join(history_columns)})
-        SELECT new_step.id, {", ".join(_casts(history, skip=("step",)))} FROM new_step
-        RETURNING step_id
-    """
+    history_values = _insert_values(history, _inserted_fields(WorkflowStepHistory, HISTORY_SKIPPED))
     params = [run_id, RunStatus.RUNNING, lease_holder, *step_values, *history_values]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_insert_step_sql(), params)
         return cursor.fetchone() is not None
+
+
+@functools.cache
+def _update_step_sql(step_names: tuple[str, ...], history_names: tuple[str, ...]) -> str:
+    return f"""
+        WITH moved AS (
+            UPDATE {_quoted(WorkflowStep._meta.db_table)}
+            SET {_assignments(WorkflowStep, step_names)}, updated_at = CLOCK_TIMESTAMP()
+            WHERE id = %s AND attempt = %s AND status = ANY(%s) RETURNING id
+        ), history AS (
+            UPDATE {_quoted(WorkflowStepHistory._meta.db_table)}
+            SET {_assignments(WorkflowStepHistory, history_names)}
+            WHERE step_id = (SELECT id FROM moved) AND attempt = %s RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM history)
+    """
+
+
+def _assignments(model: type[Model], names: tuple[str, ...]) -> str:
+    return ", ".join(
+        f"{_column(_field(model, name))} = {_cast(_field(model, name))}" for name in names
+    )
+
+
+def _field(model: type[Model], name: str) -> Field:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def _update_values(model: type[Model], changes: dict[str, Any]) -> list[Any]:
+    return [
+        _field(model, name).get_db_prep_save(value, connection) for name, value in changes.items()
+    ]
 
 
 def update_step_fenced(
@@ -93,39 +134,16 @@ def update_step_fenced(
 
     Returns (step moved, history row found); a missing history row is repaired by the caller.
     """
-    step_sets, step_params = _assignments(WorkflowStep, step_changes)
-    history_sets, history_params = _assignments(WorkflowStepHistory, history_changes)
-    step_table = connection.ops.quote_name(WorkflowStep._meta.db_table)
-    history_table = connection.ops.quote_name(WorkflowStepHistory._meta.db_table)
-    sql = f"""
-        WITH moved AS (
-            UPDATE {step_table} SET {step_sets}, updated_at = CLOCK_TIMESTAMP()
-            WHERE id = %s AND attempt = %s AND status = ANY(%s) RETURNING id
-        ), history AS (
-            UPDATE {history_table} SET {history_sets}
-            WHERE step_id = (SELECT id FROM moved) AND attempt = %s RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM history)
-    """
+    sql = _update_step_sql(tuple(step_changes), tuple(history_changes))
     params = [
-        *step_params,
+        *_update_values(WorkflowStep, step_changes),
         step.pk,
         step.attempt,
         list(sources),
-        *history_params,
+        *_update_values(WorkflowStepHistory, history_changes),
         step.attempt,
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         moved, history_found = cursor.fetchone()
     return bool(moved), bool(history_found)
-
-
-def _assignments(model: type[Model], changes: dict[str, Any]) -> tuple[str, list[Any]]:
-    sets, params = [], []
-    for name, value in changes.items():
-        field = model._meta.get_field(name)
-        assert isinstance(field, Field)
-        sets.append(f"{_quoted_column(field)} = %s::{field.db_type(connection)}")
-        params.append(field.get_db_prep_save(value, connection))
-    return ", ".join(sets), params
