@@ -57,7 +57,8 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="pikku_workflows.W004",
             )
         )
-    if not connection.settings_dict.get("CONN_MAX_AGE"):
+    # SQLite has no connection to keep: opening its file costs next to nothing.
+    elif not connection.settings_dict.get("CONN_MAX_AGE"):
         problems.append(
             Warning(
                 "CONN_MAX_AGE is 0: every worker task opens a new database connection "
