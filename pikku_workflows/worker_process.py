@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -17,12 +18,17 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+# How long a terminated process spends handing back leases and waiting for its own children.
+RELEASE_SECONDS = 5
+_main_pid = 0
 _forking_pid = 0
 
 
 def arrange_forked_children() -> None:
     """From now on every fork of this process closes DB connections first (a socket must not be
     shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
+    global _main_pid
+    _main_pid = os.getpid()
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
@@ -30,6 +36,11 @@ def _before_fork() -> None:
     global _forking_pid
     _forking_pid = os.getpid()
     connections.close_all()
+    if _forking_pid != _main_pid and threading.current_thread() is threading.main_thread():
+        # django-q2's sentinel restores SIG_DFL for SIGTERM after we set our handler in it. Dying
+        # at once on a SIGTERM sent to the whole process group, it would SIGKILL (parent-death
+        # signal) its workers before they hand their step leases back: let it wait for them.
+        signal.signal(signal.SIGTERM, _release_leases_and_exit)
 
 
 def _after_fork_in_child() -> None:
@@ -47,6 +58,11 @@ def _die_with(parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
 
 
+def _stop_dying_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 0)
+
+
 def _watch_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(1)
@@ -54,15 +70,22 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def _release_leases_and_exit(signum: int, frame: Any) -> None:
+    # Our parent may end first (a SIGTERM to the whole process group reaches it too): its death
+    # must not SIGKILL us mid-release. We exit below, within RELEASE_SECONDS.
+    _stop_dying_with_parent()
     # A signal handler may interrupt a query on this thread's connection: release from a thread
     # (its own connection), bounded in time.
     from .engine.leases import heartbeat
 
+    deadline = time.monotonic() + RELEASE_SECONDS
     held = heartbeat.held_steps()
     if held:
         releaser = threading.Thread(target=_release, args=(held,), daemon=True)
         releaser.start()
-        releaser.join(5)
+        releaser.join(RELEASE_SECONDS)
+    # The sentinel: its workers got the signal too; exiting first would SIGKILL them mid-release.
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
     os._exit(128 + signum)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -29,3 +30,30 @@ def isolated_registry() -> Iterator[None]:
     registry.workflows.update(workflows)
     registry.step_functions.clear()
     registry.step_functions.update(step_functions)
+
+
+@pytest.fixture
+def fresh_backoff(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A recovery backoff that remembers nothing (the module's one is shared by every test)."""
+    from pikku_workflows.engine import recovery
+
+    backoff = recovery.RedispatchBackoff()
+    monkeypatch.setattr(recovery, "backoff", backoff)
+    return backoff
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's test database, plus: before it is dropped, wake the lease heartbeat.
+
+    Its thread keeps a connection until it next wakes holding nothing (up to a third of a
+    lease); woken now it exits and closes it, so the drop does not find the database in use.
+    """
+    yield
+    from pikku_workflows.engine.leases import heartbeat
+
+    thread = heartbeat._thread
+    if thread is not None and thread.is_alive():
+        heartbeat._wake.set()
+        thread.join(5)
+        heartbeat._wake.clear()

@@ -17,6 +17,7 @@ from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..exceptions import (
     InvalidInput,
+    InvalidTransition,
     NonDeterministicReplay,
     RunParked,
     StepFailed,
@@ -333,7 +334,13 @@ def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
         return
     if step.status == StepStatus.SCHEDULED and step.wake_at is not None:
         _wait_for_retry(rp, step)  # parks the run unless the timer is (nearly) due
-    move_step(step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None)
+    try:
+        move_step(step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None)
+    except InvalidTransition:
+        # The timer loop ended the same sleep meanwhile: that is the outcome we wanted.
+        step.refresh_from_db(fields=["status"])
+        if step.status != StepStatus.SUCCEEDED:
+            raise
 
 
 def run_suspend(rp: ReplayPass, reason: str) -> None:

@@ -70,7 +70,7 @@ def test_sleep__long_sleep_parks_the_run_on_a_timer():
 def test_sleep__limit_comes_from_inline_sleep_max_seconds():
     @pw.workflow("sleep.over_the_limit")
     def over_the_limit(wf, input):
-        wf.sleep("nap", "10ms")
+        wf.sleep("nap", "1s")  # over a limit of 0, and never due before the pass checks
         return "rested"
 
     run_id = pw.start_workflow("sleep.over_the_limit", {}, inline=True)

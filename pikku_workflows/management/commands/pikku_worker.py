@@ -50,6 +50,25 @@ class Command(BaseCommand):
         try:
             run_timer_loop(stop)
         finally:
-            q_cluster.stop()
+            stop_cluster(q_cluster)
             connections.close_all()
         self.stdout.write("pikku_worker: stopped")
+
+
+def stop_cluster(q_cluster: Any) -> None:
+    """Stop the cluster (it drains what its workers hold), unless its sentinel is already gone.
+
+    `Cluster.stop()` wakes the sentinel through a multiprocessing Condition, whose notify waits
+    for every sleeper to wake: a sentinel killed meanwhile (a SIGTERM to the whole process group
+    kills it at once, django-q2 restores SIG_DFL there) never wakes, and stop() hangs forever.
+    So stop from a thread and give up once the sentinel has ended; its children die with it.
+    """
+    from multiprocessing.connection import wait
+
+    stopper = threading.Thread(target=q_cluster.stop, name="pikku-cluster-stop", daemon=True)
+    stopper.start()
+    while stopper.is_alive():
+        stopper.join(0.2)
+        if wait([q_cluster.sentinel.sentinel], timeout=0):
+            stopper.join(1)  # a stop() that is not stuck returns at once now
+            return

@@ -1,0 +1,66 @@
+"""Workflows the end-to-end tests run in a real `pikku_worker` subprocess.
+
+The worker loads this module through PIKKU_EXTRA_WORKFLOW_MODULES; the test process imports it
+too (to start runs and to dispatch from an in-process pass). Step functions that the tests must
+observe append one JSON line per attempt to the file named in their data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pikku_workflows as pw
+
+
+def record_attempt(path: str, ctx: pw.StepContext, **extra: Any) -> None:
+    line = {
+        "run_id": ctx.run_id,
+        "step_key": ctx.step_key,
+        "attempt": ctx.attempt,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        **extra,
+    }
+    with Path(path).open("a") as log:
+        log.write(json.dumps(line) + "\n")
+
+
+@pw.step_function("e2e.add", inline=False)
+def add(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    time.sleep(data.get("seconds", 0))
+    return {"value": data["value"] + 1, "pid": os.getpid()}
+
+
+@pw.step_function("e2e.slow", inline=False)
+def slow(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    """Works `seconds` on its first attempt (time to kill the worker), returns at once after."""
+    record_attempt(data["log"], ctx)
+    if ctx.attempt == 1:
+        time.sleep(data["seconds"])
+    return {"attempt": ctx.attempt}
+
+
+@pw.workflow("e2e.count")
+def count(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """`steps` queued steps in a row, each adding one."""
+    value, pids = input.get("start", 0), []
+    for _ in range(input.get("steps", 2)):
+        result = wf.do("add", "e2e.add", {"value": value, "seconds": input.get("seconds", 0)})
+        value = result["value"]
+        pids.append(result["pid"])
+    return {"value": value, "pids": pids}
+
+
+@pw.workflow("e2e.nap")
+def nap(wf: pw.Workflow, input: dict[str, Any]) -> str:
+    wf.sleep("nap", input.get("duration", "1s"))
+    return "rested"
+
+
+@pw.workflow("e2e.crash")
+def crash(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    return wf.do("slow", "e2e.slow", input, retries=2, retry_delay="100ms")
