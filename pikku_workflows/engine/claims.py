@@ -64,36 +64,17 @@ def _lock_step_txn(run_id: Any, step_key: str) -> WorkflowStep | None:
 
 def _claim_locked_txn(step: Any) -> tuple[WorkflowStep | None, bool]:
     status = step.status
-    attempts_left = step.attempt < step.attempt_limit
+    lapsed = status == StepStatus.RUNNING and step.lease_lapsed
     fresh = {"lease_expires_at": step_lease_from_now(), "wake_at": None}
     if status in (StepStatus.PENDING, StepStatus.SCHEDULED):
         move_step_txn(step, StepStatus.RUNNING, expected=[status], **fresh)
         return step, False
-    if status == StepStatus.RUNNING and step.lease_lapsed and attempts_left:
-        # The new attempt fences the lapsed worker in the same write that grants our lease.
-        move_step_txn(
-            step,
-            StepStatus.RUNNING,
-            expected=[status],
-            new_attempt=True,
-            result=None,
-            error=None,
-            **fresh,
-        )
-        return step, False
-    if status == StepStatus.RUNNING and step.lease_lapsed:
-        error = {
-            "code": STEP_LEASE_EXPIRED,
-            "message": f"Step {step.step_key!r} lost its worker on its last attempt "
-            f"({step.attempt} of {step.attempt_limit}).",
-            "type": "pikku_workflows.StepLeaseExpired",
-            "step_key": step.step_key,
-        }
-        move_step_txn(
-            step, StepStatus.FAILED, expected=[status], error=error, lease_expires_at=None
-        )
-        return None, True
-    if status == StepStatus.FAILED and attempts_left and step.retry_due:
+    if step.attempt >= step.attempt_limit:
+        if lapsed:
+            _fail_lease_expired_txn(step)
+        return None, lapsed
+    if lapsed or (status == StepStatus.FAILED and step.retry_due):
+        # The new attempt fences the previous worker in the same write that grants our lease.
         move_step_txn(
             step,
             StepStatus.RUNNING,
@@ -105,6 +86,19 @@ def _claim_locked_txn(step: Any) -> tuple[WorkflowStep | None, bool]:
         )
         return step, False
     return None, False
+
+
+def _fail_lease_expired_txn(step: WorkflowStep) -> None:
+    error = {
+        "code": STEP_LEASE_EXPIRED,
+        "message": f"Step {step.step_key!r} lost its worker on its last attempt "
+        f"({step.attempt} of {step.attempt_limit}).",
+        "type": "pikku_workflows.StepLeaseExpired",
+        "step_key": step.step_key,
+    }
+    move_step_txn(
+        step, StepStatus.FAILED, expected=[StepStatus.RUNNING], error=error, lease_expires_at=None
+    )
 
 
 def claim_due_timers(limit: int) -> list[WorkflowStep]:

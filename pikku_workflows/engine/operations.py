@@ -1,4 +1,5 @@
-"""The public operations on runs: start, run to completion, resume.
+"""The public operations on runs: start, run to completion; the operator actions (cancel,
+suspend, resume, retry, fork) live in `operator` and are re-exported here.
 
 Each validates its input and the run's state and raises a `WorkflowError` with a stable code.
 """
@@ -23,14 +24,26 @@ from ..exceptions import (
     WorkflowDispatchException,
     _RunEnded,
 )
-from ..models import WorkflowAuditEntry, WorkflowRun
+from ..models import WorkflowRun
 from ..registry import registry
 from ..serialization import NotStorableJson, round_trip
 from ..status import RunStatus
+from .operator import cancel_run, fork_run, resume_run, retry_run, suspend_run
 from .orchestrator import orchestrate
 from .runs import create_run_row
 from .summary import get_run_status, run_pk
-from .transitions import move_run
+
+__all__ = [
+    "cancel_run",
+    "fork_run",
+    "get_run_status",
+    "resume_run",
+    "retry_run",
+    "run_to_completion",
+    "start_workflow",
+    "suspend_run",
+    "wait_for_run",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -145,24 +158,3 @@ def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
         pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
         time.sleep(pause)
         delay = min(delay * POLL_GROWTH, POLL_MAX_SECONDS)
-
-
-def resume_run(run_id: Any, *, by: Any = None) -> dict[str, Any]:
-    """Move a suspended run back to running and enqueue a pass; a running run is left as is."""
-    from ..dispatch import enqueue_orchestration
-
-    run_id = run_pk(run_id)
-    run = WorkflowRun.objects.filter(pk=run_id).values("status").first()
-    if run is None:
-        raise RunNotFound(run_id)
-    if run["status"] != RunStatus.RUNNING:
-        with transaction.atomic():
-            move_run(run_id, RunStatus.RUNNING, expected=[RunStatus.SUSPENDED], error=None)
-            WorkflowAuditEntry.objects.create(
-                run_id=run_id,
-                action="resume",
-                user=by,
-                payload={"status_before": run["status"], "status_after": RunStatus.RUNNING},
-            )
-            enqueue_orchestration(run_id)
-    return get_run_status(run_id)
