@@ -42,11 +42,52 @@ class WorkflowRunQuerySet(models.QuerySet):
         """Running runs whose timer (a parked long sleep or retry) has come."""
         return self.running().filter(wake_at__lte=DatabaseNow())
 
+    def lease_lapsed(self) -> WorkflowRunQuerySet:
+        """Running runs whose orchestrator pass stopped renewing the run lease (it died)."""
+        return self.running().filter(lease_holder__isnull=False, lease_expires_at__lt=DatabaseNow())
+
+    def stalled(self, before: datetime) -> WorkflowRunQuerySet:
+        """Running runs nobody drives: no pass holds the lease, nothing is in flight, and
+        neither the run nor any of its steps changed since `before`."""
+        from .models import WorkflowStep  # models imports this module
+
+        steps = WorkflowStep.objects.filter(run_id=models.OuterRef("pk"))
+        return (
+            self.running()
+            .lease_free()
+            .filter(updated_at__lt=before)
+            .filter(
+                ~models.Exists(steps.in_flight()),
+                ~models.Exists(steps.filter(updated_at__gte=before)),
+            )
+        )
+
 
 class WorkflowStepQuerySet(models.QuerySet):
     def lease_lapsed(self) -> WorkflowStepQuerySet:
         """Running steps whose worker stopped renewing its lease (NULL = parked, never lapsed)."""
         return self.filter(status=StepStatus.RUNNING, lease_expires_at__lt=DatabaseNow())
+
+    def in_flight(self) -> WorkflowStepQuerySet:
+        """Steps that will move without help: queued, parked, leased, or with a timer ahead."""
+        return self.filter(
+            models.Q(status__in=[StepStatus.SCHEDULED, StepStatus.WAITING])
+            | models.Q(status=StepStatus.RUNNING, lease_expires_at__isnull=True)
+            | models.Q(status=StepStatus.RUNNING, lease_expires_at__gte=DatabaseNow())
+            | models.Q(wake_at__gt=DatabaseNow())
+        )
+
+    def retrying(self) -> WorkflowStepQuerySet:
+        """Failed attempts with attempts left: waiting out their backoff, or due for the next."""
+        return self.filter(status=StepStatus.FAILED, attempt__lt=models.F("attempt_limit"))
+
+    def sleeping(self) -> WorkflowStepQuerySet:
+        """Durable timers (`wf.sleep`) that have not fired yet."""
+        return self.filter(status=StepStatus.SCHEDULED, kind="sleep", wake_at__isnull=False)
+
+    def awaiting_child(self) -> WorkflowStepQuerySet:
+        """Steps parked on a child run."""
+        return self.filter(status=StepStatus.WAITING, child_run__isnull=False)
 
     def due(self) -> WorkflowStepQuerySet:
         """Timers that have come: sleeps (scheduled) and retry backoffs (failed)."""

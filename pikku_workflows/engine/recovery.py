@@ -13,14 +13,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..dispatch import enqueue_orchestration
 from ..exceptions import WorkflowDispatchException
 from ..models import WorkflowRun, WorkflowStep
-from ..querysets import DatabaseNow
 from ..status import RunStatus, StepStatus
 from .timers import dispatch_woken, fire_due_timers
 
@@ -109,21 +108,8 @@ def _redispatch(rows: list[dict[str, Any]]) -> int:
 
 def _stalled_runs() -> list[Any]:
     before = timezone.now() - timedelta(seconds=pikku_settings.STALLED_RUN_AFTER_SECONDS)
-    steps = WorkflowStep.objects.filter(run_id=OuterRef("pk"))
-    in_flight = steps.filter(
-        Q(status__in=[StepStatus.SCHEDULED, StepStatus.WAITING])
-        | Q(status=StepStatus.RUNNING, lease_expires_at__isnull=True)
-        | Q(status=StepStatus.RUNNING, lease_expires_at__gte=DatabaseNow())
-        | Q(wake_at__gt=DatabaseNow())
-    )
-    runs = WorkflowRun.objects.running().filter(
-        Q(lease_holder__isnull=True) | Q(lease_expires_at__lt=DatabaseNow()),
-        updated_at__lt=before,
-    )
-    runs = runs.filter(~Exists(in_flight), ~Exists(steps.filter(updated_at__gte=before)))
-    return list(
-        runs.order_by("updated_at").values_list("pk", flat=True)[: pikku_settings.RECOVERY_BATCH]
-    )
+    stalled = WorkflowRun.objects.stalled(before).order_by("updated_at")
+    return list(stalled.values_list("pk", flat=True)[: pikku_settings.RECOVERY_BATCH])
 
 
 def _resume(run_ids: list[Any]) -> int:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
 from django.db.models import Q
 
 import pikku_workflows
 from pikku_workflows.admin import format_duration, run_id_query
+from pikku_workflows.admin.display import describe_waiting, format_moment, pretty_error
 from pikku_workflows.status import RunStatus, StepStatus
 
 ADMIN_CSS = Path(pikku_workflows.__file__).parent / "static" / "pikku_workflows" / "admin.css"
@@ -63,3 +66,79 @@ def test_every_status_has_a_badge_colour():
 
     for status in [*RunStatus.values, *StepStatus.values]:
         assert f".pikku-status-{status} {{" in css
+
+
+# -- errors, moments and waiting ------------------------------------------------------------
+
+
+def test_pretty_error__code_message_fields_and_a_folded_traceback():
+    html = pretty_error(
+        {
+            "code": "STEP_FAILED",
+            "message": "card <declined>",
+            "type": "shop.PaymentDeclined",
+            "traceback": "Traceback:\n  boom",
+        }
+    )
+
+    assert '<code class="pikku-error-code">STEP_FAILED</code>' in html
+    assert '<span class="pikku-error-message">card &lt;declined&gt;</span>' in html
+    assert "<dt>type</dt><dd>shop.PaymentDeclined</dd>" in html
+    assert (
+        '<details class="pikku-traceback"><summary>Traceback</summary>'
+        '<pre class="pikku-json">Traceback:\n  boom</pre></details>'
+    ) in html
+
+
+@pytest.mark.parametrize("error", [None, {}, ""])
+def test_pretty_error__nothing_is_a_dash(error):
+    assert pretty_error(error) == "-"
+
+
+def test_pretty_error__anything_else_is_json():
+    assert pretty_error(["odd"]) == '<pre class="pikku-json">[\n  &quot;odd&quot;\n]</pre>'
+
+
+@pytest.mark.parametrize(
+    ("offset", "text"),
+    [
+        (timedelta(seconds=4), "in 4.0 s"),
+        (timedelta(seconds=-42.4), "42 s ago"),
+        (timedelta(minutes=59, seconds=59.4), "in 1 h"),
+        (timedelta(minutes=12, seconds=31), "in 13 min"),
+        (timedelta(days=-2, hours=-3), "2 d 3 h ago"),
+    ],
+)
+def test_format_moment(offset, text):
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    html = format_moment(now + offset, now)
+
+    assert html.endswith(f">{text}</time>")
+    assert f'datetime="{(now + offset).isoformat()}"' in html
+
+
+def test_describe_waiting__each_kind():
+    site = admin.site
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    later = (now + timedelta(seconds=30)).isoformat()
+    child = "abcd1234-0000-4000-8000-000000000001"
+
+    def text(waiting):
+        return re.sub(r"<[^>]+>", "", describe_waiting(site, waiting, now))
+
+    assert text(None) == "-"
+    assert text({"kind": "timer", "step_key": "cool-off", "until": later}) == (
+        "timer cool-off in 30 s"
+    )
+    assert text({"kind": "retry", "step_key": "charge", "attempt": 3, "until": later}) == (
+        "retry charge attempt 3 in 30 s"
+    )
+    assert text({"kind": "step", "step_key": "ship", "lease_expires_at": later}) == (
+        "step ship lease until in 30 s"
+    )
+    assert text({"kind": "child", "step_key": "invoice", "child_run_id": child}) == (
+        "child invoice run abcd1234"
+    )
+    assert text({"kind": "suspend", "reason": "manual review"}) == "suspend manual review"
+    assert text({"kind": "approval", "step_key": "ok", "approval_id": 1}) == "approval ok"

@@ -1,0 +1,31 @@
+"""The pikku_workflows admin: runs (list, run page, operator actions), versions, the audit log,
+and `WorkflowRunInline` for a host model's own admin.
+
+Only the engine writes runs and steps: nothing here can add, edit or delete them, and operator
+actions call the engine's operations.
+"""
+
+from __future__ import annotations
+
+from .actions import OPERATIONS, Operation, RunOperationsAdmin
+from .display import format_duration, run_id_query
+from .records import (
+    ReadOnlyAdminMixin,
+    WorkflowAuditEntryAdmin,
+    WorkflowRunInline,
+    WorkflowVersionAdmin,
+)
+from .runs import WorkflowRunAdmin
+
+__all__ = [
+    "OPERATIONS",
+    "Operation",
+    "ReadOnlyAdminMixin",
+    "RunOperationsAdmin",
+    "WorkflowAuditEntryAdmin",
+    "WorkflowRunAdmin",
+    "WorkflowRunInline",
+    "WorkflowVersionAdmin",
+    "format_duration",
+    "run_id_query",
+]

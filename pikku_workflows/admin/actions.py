@@ -1,0 +1,344 @@
+"""Operator actions on runs from the admin: cancel, suspend, resume, retry (bulk and single) and
+fork (single). Each shows a confirmation page that sorts the runs into eligible and not (and
+why), asks for a reason, then calls the engine operation once per run, reporting every skip or
+refusal with `message_user`. The engine alone validates, writes and audits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+import pikku_workflows as pw
+
+from ..models import WorkflowRun
+from ..status import RunStatus
+from .display import run_change_url, run_link, short_id, status_badge
+
+CONFIRMATION_TEMPLATE = "admin/pikku_workflows/workflowrun/confirm_operation.html"
+# Runs named one by one in a message; the rest are counted.
+NAMED_IN_MESSAGE = 10
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An engine operation as the admin offers it; `name` is also the permission codename prefix
+    and the engine function `pw.<name>_run`."""
+
+    name: str
+    label: str
+    done: str
+    sources: frozenset[str]  # the statuses it moves a run from (a preview: the engine decides)
+    target: str | None  # the status it leaves the run in: already there means nothing to do
+    rule: str
+    bulk: bool = True
+
+    @property
+    def action_name(self) -> str:
+        return f"{self.name}_runs" if self.bulk else f"{self.name}_run"
+
+    def ineligibility(self, status: str) -> str | None:
+        """None when a run in `status` is eligible; otherwise why not."""
+        if status in self.sources:
+            return None
+        if status == self.target:
+            return f"already {status}"
+        return f"{status}: {self.rule}"
+
+
+OPERATIONS = {
+    op.name: op
+    for op in (
+        Operation(
+            "cancel",
+            "Cancel",
+            "cancelled",
+            frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+            RunStatus.CANCELLED,
+            "only running or suspended runs can be cancelled",
+        ),
+        Operation(
+            "suspend",
+            "Suspend",
+            "suspended",
+            frozenset({RunStatus.RUNNING}),
+            RunStatus.SUSPENDED,
+            "only running runs can be suspended",
+        ),
+        Operation(
+            "resume",
+            "Resume",
+            "resumed",
+            frozenset({RunStatus.SUSPENDED}),
+            RunStatus.RUNNING,
+            "only suspended runs can be resumed",
+        ),
+        Operation(
+            "retry",
+            "Retry",
+            "retried",
+            frozenset({RunStatus.FAILED}),
+            RunStatus.RUNNING,
+            "only failed runs can be retried",
+        ),
+        Operation(
+            "fork",
+            "Fork",
+            "forked",
+            frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
+            None,
+            "only runs that ended can be forked",
+            bulk=False,
+        ),
+    )
+}
+
+
+class OperationForm(forms.Form):
+    reason = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text="Recorded in the audit trail with your username.",
+    )
+
+    def __init__(
+        self, *args: Any, operation: Operation, steps: Sequence[str] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if operation.name == "fork":
+            self.fields["from_step"] = forms.ChoiceField(
+                label="Execute again from step",
+                choices=[(key, key) for key in steps],
+                help_text="Steps before it keep their recorded results in the new run; "
+                "this step and every later one run again.",
+            )
+
+
+@dataclass
+class Outcome:
+    done: list[tuple[WorkflowRun, Any]]
+    skipped: list[tuple[WorkflowRun, str]]
+    failed: list[tuple[WorkflowRun, pw.WorkflowError]]
+
+
+class RunOperationsAdmin(admin.ModelAdmin):
+    """The operator actions of the run admin, each gated by its own model permission."""
+
+    actions = ("cancel_runs", "suspend_runs", "resume_runs", "retry_runs")
+
+    def has_operation_permission(self, request: HttpRequest, operation: Operation) -> bool:
+        codename = get_permission_codename(operation.name, self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    # `@admin.action(permissions=["cancel"])` asks `has_cancel_permission(request)`.
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return self.has_operation_permission(request, OPERATIONS["cancel"])
+
+    def has_suspend_permission(self, request: HttpRequest) -> bool:
+        return self.has_operation_permission(request, OPERATIONS["suspend"])
+
+    def has_resume_permission(self, request: HttpRequest) -> bool:
+        return self.has_operation_permission(request, OPERATIONS["resume"])
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self.has_operation_permission(request, OPERATIONS["retry"])
+
+    @admin.action(description="Cancel selected runs…", permissions=["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return self.operate_on_selection(request, queryset, OPERATIONS["cancel"])
+
+    @admin.action(description="Suspend selected runs…", permissions=["suspend"])
+    def suspend_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return self.operate_on_selection(request, queryset, OPERATIONS["suspend"])
+
+    @admin.action(description="Resume selected runs…", permissions=["resume"])
+    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return self.operate_on_selection(request, queryset, OPERATIONS["resume"])
+
+    @admin.action(description="Retry selected runs…", permissions=["retry"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return self.operate_on_selection(request, queryset, OPERATIONS["retry"])
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_operation"
+        view = self.admin_site.admin_view(self.operation_view)
+        own = [path("<uuid:run_id>/operations/<slug:operation>/", view, name=name)]
+        return own + super().get_urls()
+
+    def operation_url(self, run_id: Any, operation: Operation) -> str:
+        name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_operation"
+        return reverse(name, args=[run_id, operation.name])
+
+    def run_operations(self, request: HttpRequest, run: WorkflowRun) -> list[dict[str, Any]]:
+        """The buttons of the run page: operations the user may use that apply to the run now."""
+        return [
+            {"name": op.name, "label": op.label, "url": self.operation_url(run.pk, op)}
+            for op in OPERATIONS.values()
+            if op.ineligibility(run.status) is None and self.has_operation_permission(request, op)
+        ]
+
+    def operate_on_selection(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], operation: Operation
+    ) -> TemplateResponse | None:
+        """A bulk action: the confirmation page, then (on its POST) the operation."""
+        runs = list(queryset.order_by("-created_at"))
+        confirmed = request.POST.get("confirmed") == "yes"
+        form = OperationForm(request.POST if confirmed else None, operation=operation)
+        if form.is_valid():
+            self.report(
+                request, operation, self.perform(request, operation, runs, form.cleaned_data)
+            )
+            return None  # back to the list
+        return self.render_confirmation(request, operation, runs, form, bulk=True)
+
+    def operation_view(self, request: HttpRequest, run_id: Any, operation: str) -> HttpResponse:
+        """A single-run operation, from a button on the run page."""
+        chosen = OPERATIONS.get(operation)
+        if chosen is None:
+            raise Http404(f"No operation {operation!r}.")
+        run = self.get_object(request, str(run_id))
+        if run is None:
+            raise Http404("No such run.")
+        if not (
+            self.has_view_permission(request, run)
+            and self.has_operation_permission(request, chosen)
+        ):
+            raise PermissionDenied
+        steps = list(
+            run.steps.order_by("created_at", "step_key").values_list("step_key", flat=True)
+        )
+        data = request.POST if request.method == "POST" else None
+        initial = {"from_step": request.GET.get("from_step")}
+        form = OperationForm(data, operation=chosen, steps=steps, initial=initial)
+        if form.is_valid():
+            outcome = self.perform(request, chosen, [run], form.cleaned_data)
+            self.report(request, chosen, outcome)
+            if chosen.name == "fork" and outcome.done:
+                return HttpResponseRedirect(run_change_url(self.admin_site, outcome.done[0][1]))
+            return HttpResponseRedirect(run_change_url(self.admin_site, run.pk))
+        return self.render_confirmation(request, chosen, [run], form, bulk=False)
+
+    def perform(
+        self, request: HttpRequest, operation: Operation, runs: list[WorkflowRun], data: dict
+    ) -> Outcome:
+        """Call the engine once per eligible run; one run's refusal never stops the others."""
+        outcome = Outcome(done=[], skipped=[], failed=[])
+        function = getattr(pw, f"{operation.name}_run")
+        options = {"by": request.user, "reason": data.get("reason", "")}
+        if operation.name == "fork":
+            options["from_step"] = data["from_step"]
+        for run in runs:
+            problem = operation.ineligibility(run.status)
+            if problem is not None:
+                outcome.skipped.append((run, problem))
+                continue
+            try:
+                result = function(run.pk, **options)
+            except pw.WorkflowError as exc:
+                # The run changed since it was read, or the engine refuses for its own reason.
+                outcome.failed.append((run, exc))
+                continue
+            outcome.done.append((run, result))
+        return outcome
+
+    def report(self, request: HttpRequest, operation: Operation, outcome: Outcome) -> None:
+        site = self.admin_site
+        if operation.name == "fork":
+            for run, new_id in outcome.done:
+                links = (run_link(site, run.pk), run_link(site, new_id))
+                self.message_user(request, format_html("Forked run {} as run {}.", *links))
+        elif outcome.done:
+            runs = _named([run for run, _ in outcome.done], site)
+            count = _count(len(outcome.done))
+            message = format_html("{} {}: {}.", operation.done.capitalize(), count, runs)
+            self.message_user(request, message, messages.SUCCESS)
+        if outcome.skipped:
+            reasons = [
+                format_html("{} ({})", run_link(site, run.pk), why) for run, why in outcome.skipped
+            ]
+            message = format_html(
+                "Skipped {} that could not be {}: {}.",
+                _count(len(outcome.skipped)),
+                operation.done,
+                _joined(reasons),
+            )
+            self.message_user(request, message, messages.WARNING)
+        for run, exc in outcome.failed:
+            message = format_html(
+                "Could not {} run {}: {} [{}]",
+                operation.name,
+                run_link(site, run.pk),
+                exc,
+                exc.code,
+            )
+            self.message_user(request, message, messages.ERROR)
+
+    def render_confirmation(
+        self,
+        request: HttpRequest,
+        operation: Operation,
+        runs: list[WorkflowRun],
+        form: OperationForm,
+        *,
+        bulk: bool,
+    ) -> TemplateResponse:
+        eligible: list[dict[str, Any]] = []
+        ineligible: list[dict[str, Any]] = []
+        for run in runs:
+            problem = operation.ineligibility(run.status)
+            row = {
+                "run": run,
+                "link": run_link(self.admin_site, run.pk),
+                "status": status_badge(run.status, run.get_status_display()),
+            }
+            (eligible if problem is None else ineligible).append({**row, "problem": problem})
+        if bulk:
+            title = f"{operation.label} {_count(len(runs))}"
+        else:
+            title = f"{operation.label} run {short_id(runs[0].pk)}"
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": self.opts,
+            "operation": operation,
+            "eligible": eligible,
+            "ineligible": ineligible,
+            "form": form,
+            "bulk": bulk,
+            "selected": [run.pk for run in runs],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "run_url": None if bulk else run_change_url(self.admin_site, runs[0].pk),
+            "run_label": None if bulk else short_id(runs[0].pk),
+            "media": self.media + form.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, CONFIRMATION_TEMPLATE, context)
+
+
+def _count(number: int) -> str:
+    return f"{number} run" if number == 1 else f"{number} runs"
+
+
+def _named(runs: list[WorkflowRun], site: admin.AdminSite) -> SafeString:
+    return _joined([run_link(site, run.pk) for run in runs])
+
+
+def _joined(items: list[SafeString]) -> SafeString:
+    shown = format_html_join(", ", "{}", [(item,) for item in items[:NAMED_IN_MESSAGE]])
+    rest = len(items) - NAMED_IN_MESSAGE
+    return format_html("{} and {} more", shown, rest) if rest > 0 else shown

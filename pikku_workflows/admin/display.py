@@ -1,0 +1,186 @@
+"""How the admin shows runs: durations, badges, JSON, errors, run links and what a run waits on.
+
+Small functions of values (no queries), shared by the list, the run page and the confirmation
+pages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+ADMIN_CSS = "pikku_workflows/admin.css"
+EMPTY = "-"
+# Searching "cafe" for a workflow name should not also list every run whose id starts with it.
+MIN_ID_PREFIX = 4
+_HEX_AND_DASHES = re.compile(r"^[0-9a-f-]+$")
+
+
+def format_duration(delta: timedelta) -> str:
+    """`850 ms`, `4.2 s`, `12 s`, `3 min 5 s`, `2 h 3 min`, `4 d 2 h`."""
+    seconds = max(delta.total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{int(seconds * 1000)} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def format_moment(at: datetime | str, now: datetime | None = None) -> SafeString:
+    """`in 4.0 s` or `3 min ago`, with the exact time as a tooltip."""
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    now = now or timezone.now()
+    distance = abs(at - now)
+    # "in 1 h", not "in 59 min 59 s" a moment after a one-hour timer was set.
+    for at_least, unit in ((timedelta(minutes=10), 60), (timedelta(seconds=10), 1)):
+        if distance >= at_least:
+            distance = timedelta(seconds=round(distance.total_seconds() / unit) * unit)
+            break
+    relative = (
+        f"in {format_duration(distance)}" if at >= now else f"{format_duration(distance)} ago"
+    )
+    exact = timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return format_html('<time datetime="{}" title="{}">{}</time>', at.isoformat(), exact, relative)
+
+
+def run_id_query(search_term: str) -> Q | None:
+    """A filter for runs whose id is `search_term` (any UUID spelling) or starts with it.
+
+    A prefix becomes an id range, so Postgres uses the primary key index instead of casting
+    every id to text; UUIDs order like their hex digits on Postgres and SQLite alike.
+    """
+    term = search_term.strip().lower()
+    try:
+        return Q(pk=uuid.UUID(term))
+    except ValueError:
+        pass
+    digits = term.replace("-", "")
+    if not _HEX_AND_DASHES.match(term) or not MIN_ID_PREFIX <= len(digits) < 32:
+        return None
+    return Q(pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f")))
+
+
+def status_badge(status: str, label: str | None = None) -> SafeString:
+    label = label if label is not None else status.capitalize()
+    return format_html('<span class="pikku-badge pikku-status-{}">{}</span>', status, label)
+
+
+def pretty_json(value: Any, tag: str = "pre") -> SafeString | str:
+    """`value` as indented JSON in a <pre>; `tag="code"` where a <pre> is not allowed (a <p>)."""
+    if value is None:
+        return EMPTY
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return format_html('<{} class="pikku-json">{}</{}>', tag, text, tag)
+
+
+def pretty_error(error: Any, omit: tuple[str, ...] = ()) -> SafeString | str:
+    """An error dict as people read it: code and message first, then the other fields (less
+    `omit`), and the traceback folded away in a <details>. Anything else is shown as JSON."""
+    if not error:
+        return EMPTY
+    if not isinstance(error, dict) or not isinstance(error.get("message", ""), str):
+        return pretty_json(error)
+    shown_first = ("code", "message", "traceback", *omit)
+    rest = {k: v for k, v in error.items() if k not in shown_first}
+    parts = [
+        format_html(
+            '<div class="pikku-error-head"><code class="pikku-error-code">{}</code> '
+            '<span class="pikku-error-message">{}</span></div>',
+            error.get("code") or "ERROR",
+            error.get("message", ""),
+        )
+    ]
+    if rest:
+        parts.append(
+            format_html(
+                '<dl class="pikku-error-fields">{}</dl>',
+                format_html_join("", "<dt>{}</dt><dd>{}</dd>", _error_fields(rest)),
+            )
+        )
+    traceback = error.get("traceback")
+    if isinstance(traceback, str) and traceback:
+        parts.append(
+            format_html(
+                '<details class="pikku-traceback"><summary>Traceback</summary>'
+                '<pre class="pikku-json">{}</pre></details>',
+                traceback,
+            )
+        )
+    return format_html(
+        '<div class="pikku-error">{}</div>', format_html_join("", "{}", [(p,) for p in parts])
+    )
+
+
+def _error_fields(fields: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (key, value if isinstance(value, str) else json.dumps(value, default=str))
+        for key, value in fields.items()
+    ]
+
+
+def short_id(value: uuid.UUID | str) -> str:
+    return str(value)[:8]
+
+
+def run_change_url(admin_site: admin.AdminSite, run_id: uuid.UUID | str) -> str:
+    return reverse(f"{admin_site.name}:pikku_workflows_workflowrun_change", args=[run_id])
+
+
+def run_link(admin_site: admin.AdminSite, run_id: uuid.UUID | str) -> SafeString:
+    return format_html(
+        '<a class="pikku-run-link" href="{}" title="{}">{}</a>',
+        run_change_url(admin_site, run_id),
+        str(run_id),
+        short_id(run_id),
+    )
+
+
+def describe_waiting(
+    admin_site: admin.AdminSite, waiting: dict[str, Any] | None, now: datetime | None = None
+) -> SafeString | str:
+    """The `waiting_on` of a run summary as a line of HTML: its kind, its step, and when or whom."""
+    if not waiting:
+        return EMPTY
+    kind = str(waiting.get("kind", ""))
+    detail: SafeString | str = ""
+    if kind in ("timer", "retry") and waiting.get("until"):
+        prefix = f"attempt {waiting['attempt']} " if waiting.get("attempt") else ""
+        detail = format_html("{}{}", prefix, format_moment(waiting["until"], now))
+    elif kind in ("lease", "step") and waiting.get("lease_expires_at"):
+        label = "lapsed" if kind == "lease" else "lease until"
+        detail = format_html("{} {}", label, format_moment(waiting["lease_expires_at"], now))
+    elif kind == "child" and waiting.get("child_run_id"):
+        detail = format_html("run {}", run_link(admin_site, waiting["child_run_id"]))
+    elif kind == "suspend":
+        detail = waiting.get("reason") or ""
+    elif kind == "signal":
+        detail = waiting.get("signal") or ""
+    step_key = waiting.get("step_key")
+    return format_html(
+        '<span class="pikku-wait pikku-wait-{}">{}</span>{}{}',
+        kind,
+        kind,
+        format_html(' <code class="pikku-step-key">{}</code>', step_key) if step_key else "",
+        format_html(' <span class="pikku-wait-detail">{}</span>', detail) if detail else "",
+    )

@@ -1,0 +1,120 @@
+"""The read-only base of every pikku admin, the admins of versions and audit entries, and the
+inline that lists a host object's runs."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib import admin
+from django.contrib.contenttypes.admin import GenericTabularInline
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowVersion
+from .display import ADMIN_CSS, pretty_json, run_id_query, run_link, status_badge
+
+
+class ReadOnlyAdminMixin:
+    """Viewable by whoever holds the view permission; nobody adds, edits or deletes here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class WorkflowRunInline(ReadOnlyAdminMixin, GenericTabularInline):
+    """The runs about an object (`pw.start_workflow(..., subject=obj)`), for the host's own admin.
+
+    Visible to users holding the run view permission: `inlines = [WorkflowRunInline]`.
+    """
+
+    model = WorkflowRun
+    ct_field = "subject_type"
+    ct_fk_field = "subject_id"
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ("run_link", "workflow", "run_status", "created_at", "finished_at")
+    verbose_name = "workflow run"
+    verbose_name_plural = "workflow runs"
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+
+    @admin.display(description="run")
+    def run_link(self, run: WorkflowRun) -> SafeString:
+        return run_link(self.admin_site, run.pk)
+
+    @admin.display(description="status")
+    def run_status(self, run: WorkflowRun) -> SafeString:
+        return status_badge(run.status, run.get_status_display())
+
+
+@admin.register(WorkflowVersion)
+class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "kind", "status", "short_hash", "created_at")
+    list_filter = ("kind", "status")
+    search_fields = ("name", "graph_hash")
+    fields = readonly_fields = (
+        "name",
+        "kind",
+        "status",
+        "graph_hash",
+        "code_version",
+        "created_at",
+        "definition_json",
+    )
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+
+    @admin.display(description="version", ordering="graph_hash")
+    def short_hash(self, version: WorkflowVersion) -> str:
+        return version.graph_hash[:12]
+
+    @admin.display(description="definition")
+    def definition_json(self, version: WorkflowVersion) -> SafeString | str:
+        return pretty_json(version.definition)
+
+
+@admin.register(WorkflowAuditEntry)
+class WorkflowAuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("created_at", "action", "run_link", "user", "reason")
+    list_filter = ("action",)
+    list_select_related = ("user",)
+    search_fields = ("reason", "user__username", "run__workflow")
+    fields = readonly_fields = (
+        "created_at",
+        "action",
+        "run_link",
+        "step",
+        "user",
+        "reason",
+        "payload_json",
+    )
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowAuditEntry], search_term: str
+    ) -> tuple[QuerySet[WorkflowAuditEntry], bool]:
+        matched, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        id_query = run_id_query(search_term)
+        if id_query is not None:
+            run_ids = WorkflowRun.objects.filter(id_query).values("pk")
+            matched = matched | queryset.filter(run__in=run_ids)
+        return matched, may_have_duplicates
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, entry: WorkflowAuditEntry) -> SafeString:
+        return run_link(self.admin_site, entry.run_id)
+
+    @admin.display(description="payload")
+    def payload_json(self, entry: WorkflowAuditEntry) -> SafeString | str:
+        return pretty_json(entry.payload)

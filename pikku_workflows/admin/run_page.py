@@ -1,0 +1,123 @@
+"""What the run page shows below its summary: steps, every attempt, the timeline chart and the
+audit trail, in a fixed number of queries whatever the run's size."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import Prefetch
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..status import StepStatus
+from .display import EMPTY, format_duration, pretty_error, pretty_json, run_link, status_badge
+from .timeline import build_chart
+
+if TYPE_CHECKING:
+    from .runs import WorkflowRunAdmin
+
+# An action that ended the run is written a moment after the run's `finished_at`.
+MARK_SLACK = timedelta(seconds=1)
+ATTEMPT_TIMES = ("created", "scheduled", "running", "waiting", "succeeded", "failed")
+
+
+def run_page_context(
+    model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun
+) -> dict[str, Any]:
+    """Three queries: the steps, their attempts, the audit trail (with its users)."""
+    steps = list(
+        WorkflowStep.objects.filter(run=run)
+        .order_by("created_at", "step_key")
+        .prefetch_related(
+            Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
+        )
+    )
+    audit = list(WorkflowAuditEntry.objects.filter(run=run).select_related("user"))
+    site = model_admin.admin_site
+    operations = model_admin.run_operations(request, run)
+    fork_url = next((op["url"] for op in operations if op["name"] == "fork"), None)
+    return {
+        "run_operations": operations,
+        "steps": [_step_row(site, step, fork_url) for step in steps],
+        "attempt_history": [
+            _attempt_row(step, attempt) for step in steps for attempt in step.history.all()
+        ],
+        "timeline": _timeline(run, steps, audit),
+        "audit_trail": [_audit_row(site, entry) for entry in audit],
+    }
+
+
+def _timeline(run: WorkflowRun, steps: list[WorkflowStep], audit: list[WorkflowAuditEntry]) -> Any:
+    end = run.finished_at or timezone.now()
+    # Operator actions after the run ended (a fork of it days later) would squash the chart.
+    marks = [_audit_mark(entry) for entry in audit if entry.created_at <= end + MARK_SLACK]
+    return build_chart(
+        run.created_at,
+        end,
+        [(step.step_key, list(step.history.all())) for step in steps],
+        marks,
+        live=not run.is_settled,
+    )
+
+
+def _step_row(site: Any, step: WorkflowStep, fork_url: str | None) -> dict[str, Any]:
+    attempts = list(step.history.all())
+    latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
+    return {
+        "key": step.step_key,
+        "function": step.function_name or step.kind,
+        "status": status_badge(step.status, step.get_status_display()),
+        "attempt": f"{step.attempt} / {step.attempt_limit}",
+        "duration": _duration(latest),
+        "result": pretty_json(step.result) if step.status == StepStatus.SUCCEEDED else EMPTY,
+        "error": pretty_error(step.error, omit=("step_key",)),
+        "child": run_link(site, step.child_run_id) if step.child_run_id else EMPTY,
+        "copied": step.copied,
+        "fork_url": f"{fork_url}?from_step={step.step_key}" if fork_url else None,
+    }
+
+
+def _duration(attempt: WorkflowStepHistory | None) -> str:
+    if attempt is None:
+        return EMPTY
+    end = attempt.succeeded_at or attempt.failed_at
+    if end is None:
+        return EMPTY
+    return format_duration(end - (attempt.running_at or attempt.created_at))
+
+
+def _attempt_row(step: WorkflowStep, attempt: WorkflowStepHistory) -> dict[str, Any]:
+    return {
+        "step_key": step.step_key,
+        "attempt": attempt.attempt,
+        "status": status_badge(attempt.status, attempt.get_status_display()),
+        "times": [(name, getattr(attempt, f"{name}_at")) for name in ATTEMPT_TIMES],
+        "error": pretty_error(attempt.error, omit=("step_key",)),
+    }
+
+
+def _audit_mark(entry: WorkflowAuditEntry) -> tuple[Any, str, str]:
+    who = entry.user.get_username() if entry.user else "system"
+    title = f"{entry.action} by {who}" + (f": {entry.reason}" if entry.reason else "")
+    return entry.created_at, entry.action, title
+
+
+def _audit_row(site: Any, entry: WorkflowAuditEntry) -> dict[str, Any]:
+    payload = dict(entry.payload or {})
+    before, after = payload.pop("status_before", None), payload.pop("status_after", None)
+    change = EMPTY
+    if before and after:
+        change = format_html("{} → {}", status_badge(before), status_badge(after))
+    new_run = payload.pop("new_run_id", None)
+    return {
+        "at": entry.created_at,
+        "action": entry.action,
+        "user": entry.user.get_username() if entry.user else EMPTY,
+        "reason": entry.reason or EMPTY,
+        "change": change,
+        "new_run": run_link(site, new_run) if new_run else None,
+        "details": pretty_json(payload) if payload else "",
+    }

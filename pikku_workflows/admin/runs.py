@@ -1,0 +1,365 @@
+"""The run admin: a list that says what every run is doing and waiting on, and a run page with
+its steps, attempts, timeline and audit trail. Nothing here writes a run: operator actions go
+through the engine (`actions.py`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cached_property
+from typing import Any, ClassVar
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from ..engine.summary import waiting_on
+from ..models import WorkflowRun, WorkflowStep
+from ..status import RunStatus, StepStatus
+from .actions import RunOperationsAdmin
+from .display import (
+    ADMIN_CSS,
+    EMPTY,
+    describe_waiting,
+    format_duration,
+    format_moment,
+    pretty_error,
+    pretty_json,
+    run_id_query,
+    run_link,
+    short_id,
+    status_badge,
+)
+from .filters import RetryingFilter, StartedFilter, StuckFilter, WaitingOnFilter
+from .records import ReadOnlyAdminMixin
+from .run_page import run_page_context
+
+# What the list and the run page read of a step to say what the run waits on.
+WAITING_STEP_FIELDS = (
+    "id",
+    "run_id",
+    "step_key",
+    "kind",
+    "status",
+    "attempt",
+    "attempt_limit",
+    "child_run_id",
+    "lease_expires_at",
+    "wake_at",
+    "created_at",
+)
+RUN_SUMMARY_FIELDS = (
+    "id",
+    "workflow",
+    "run_status",
+    "waiting",
+    "error_display",
+    "progress",
+    "started_at",
+    "finished",
+    "duration",
+    "started_by",
+    "subject_link",
+    "related_runs",
+)
+RUN_PAYLOAD_FIELDS = ("input", "output", "error", "state")
+RUN_DATA_FIELDS = ("input_json", "output_json", "state_json")
+RUN_ENGINE_FIELDS = (
+    "inline",
+    "idempotency_key",
+    "graph_hash",
+    "code_version",
+    "planned_steps",
+    "lease_holder",
+    "lease_expires_at",
+    "rerun_requested",
+    "wake_at",
+    "updated_at",
+)
+
+
+def unfinished_steps() -> QuerySet[WorkflowStep]:
+    """The steps `waiting_on` can name (a succeeded step waits on nothing), in its order."""
+    return (
+        WorkflowStep.objects.exclude(status=StepStatus.SUCCEEDED)
+        .order_by("created_at", "step_key")
+        .only(*WAITING_STEP_FIELDS)
+    )
+
+
+class WorkflowRunChangeList(ChangeList):
+    def get_queryset(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> QuerySet[WorkflowRun]:
+        # The list never shows the JSON payloads, which can be large: leave them in the database.
+        # One query fetches the unfinished steps of the whole page for the "waiting on" column.
+        return (
+            super()
+            .get_queryset(request, *args, **kwargs)
+            .defer(*RUN_PAYLOAD_FIELDS)
+            .prefetch_related(Prefetch("steps", unfinished_steps(), to_attr="unfinished_steps"))
+        )
+
+    @cached_property
+    def status_summary(self) -> dict[str, Any]:
+        """Runs per workflow and status among those the filters select: one GROUP BY query."""
+        counts = self.queryset.order_by().values_list("workflow", "status").annotate(Count("pk"))
+        table: dict[str, dict[str, int]] = {}
+        for workflow, status, runs in counts:
+            table.setdefault(workflow, {})[status] = runs
+        statuses = list(RunStatus)
+        rows = [
+            {
+                "workflow": workflow,
+                "url": self.get_query_string({"workflow": workflow}, ["status__exact"]),
+                "cells": [
+                    {
+                        "count": table[workflow].get(status, 0),
+                        "url": self.get_query_string(
+                            {"workflow": workflow, "status__exact": status.value}
+                        ),
+                    }
+                    for status in statuses
+                ],
+                "total": sum(table[workflow].values()),
+            }
+            for workflow in sorted(table)
+        ]
+        totals = [
+            sum(by_status.get(status, 0) for by_status in table.values()) for status in statuses
+        ]
+        return {
+            "statuses": [{"badge": status_badge(s.value, s.label)} for s in statuses],
+            "rows": rows,
+            "totals": totals,
+            "total": sum(totals),
+        }
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
+    list_display = (
+        "short_id",
+        "run_status",
+        "workflow",
+        "progress",
+        "started",
+        "duration",
+        "waiting",
+    )
+    list_filter = (
+        "status",
+        "workflow",
+        WaitingOnFilter,
+        RetryingFilter,
+        StuckFilter,
+        ("created_at", StartedFilter),
+    )
+    search_fields = ("workflow", "input")
+    search_help_text = "A workflow name, text in the input, or a run id (in full or its start)."
+    fieldsets = (
+        (None, {"fields": RUN_SUMMARY_FIELDS}),
+        ("Data", {"fields": RUN_DATA_FIELDS}),
+        ("Engine", {"classes": ("collapse",), "fields": RUN_ENGINE_FIELDS}),
+    )
+    readonly_fields = RUN_SUMMARY_FIELDS + RUN_DATA_FIELDS + RUN_ENGINE_FIELDS
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+
+    def get_fieldsets(self, request: HttpRequest, obj: WorkflowRun | None = None) -> Any:
+        """The run page leaves out summary fields that say nothing about this run."""
+        if obj is None:
+            return self.fieldsets
+        unknown = {
+            "waiting": obj.is_settled,
+            "error_display": not obj.error,
+            "finished": obj.finished_at is None,
+            "started_by": obj.started_by_id is None,
+            "subject_link": obj.subject_type_id is None,
+        }
+        summary = tuple(name for name in RUN_SUMMARY_FIELDS if not unknown.get(name, False))
+        return ((None, {"fields": summary}), *self.fieldsets[1:])
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkflowRunChangeList
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
+        # The progress column is counted in the list query itself (no query per row). A correlated
+        # subquery rather than a JOIN + GROUP BY, so the changelist's COUNT and filter queries
+        # (which drop unused non-aggregate annotations) never touch the steps table.
+        succeeded = (
+            WorkflowStep.objects.filter(run=OuterRef("pk"), status=StepStatus.SUCCEEDED)
+            # Engine-made keys (`<key>:onError` handlers, `__suspend:<reason>`) are not progress.
+            .exclude(step_key__contains=":")
+            .order_by()
+            .values("run")
+            .annotate(count=Count("pk"))
+            .values("count")
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                steps_succeeded=Coalesce(Subquery(succeeded), 0),
+                # A suspended run waits on its reason, kept in the (deferred) error payload.
+                error_message=KT("error__message"),
+            )
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
+    ) -> tuple[QuerySet[WorkflowRun], bool]:
+        matched, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        id_query = run_id_query(search_term)
+        if id_query is not None:
+            matched = matched | queryset.filter(id_query)
+        return matched, may_have_duplicates
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: WorkflowRun | None = None,
+    ) -> Any:
+        if obj is not None:
+            context.update(run_page_context(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def waiting_on(self, run: WorkflowRun) -> dict[str, Any] | None:
+        """The run summary's `waiting_on`, from the steps the list prefetched (or one query)."""
+        if run.status == RunStatus.SUSPENDED:
+            return {"kind": "suspend", "reason": getattr(run, "error_message", None) or ""}
+        steps = getattr(run, "unfinished_steps", None)
+        if steps is None:
+            steps = list(unfinished_steps().filter(run=run))
+        return waiting_on(run, steps)
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, run: WorkflowRun) -> str:
+        return short_id(run.id)
+
+    @admin.display(description="status", ordering="status")
+    def run_status(self, run: WorkflowRun) -> SafeString:
+        return status_badge(run.status, run.get_status_display())
+
+    @admin.display(description="waiting on")
+    def waiting(self, run: WorkflowRun) -> SafeString | str:
+        return describe_waiting(self.admin_site, self.waiting_on(run))
+
+    @admin.display(description="progress")
+    def progress(self, run: WorkflowRun) -> str:
+        done = getattr(run, "steps_succeeded", None)
+        if done is None:
+            return EMPTY
+        if run.planned_steps:
+            return f"{done} / {len(run.planned_steps)}"
+        return f"{done} done"
+
+    @admin.display(description="started", ordering="created_at")
+    def started(self, run: WorkflowRun) -> SafeString:
+        return format_moment(run.created_at)
+
+    @admin.display(description="started")
+    def started_at(self, run: WorkflowRun) -> SafeString:
+        return _exact_and_relative(run.created_at)
+
+    @admin.display(description="finished")
+    def finished(self, run: WorkflowRun) -> SafeString | str:
+        return _exact_and_relative(run.finished_at) if run.finished_at else EMPTY
+
+    @admin.display(description="duration")
+    def duration(self, run: WorkflowRun) -> str:
+        end = run.finished_at or timezone.now()
+        text = format_duration(end - run.created_at)
+        return text if run.finished_at else f"{text} so far"
+
+    @admin.display(description="subject")
+    def subject_link(self, run: WorkflowRun) -> SafeString | str:
+        subject = run.subject
+        if subject is None:
+            return EMPTY
+        meta = subject._meta
+        try:
+            url = reverse(
+                f"{self.admin_site.name}:{meta.app_label}_{meta.model_name}_change",
+                args=[subject.pk],
+            )
+        except NoReverseMatch:
+            return f"{meta.verbose_name}: {subject}"
+        return format_html('<a href="{}">{}</a>', url, subject)
+
+    @admin.display(description="related runs")
+    def related_runs(self, run: WorkflowRun) -> SafeString | str:
+        """Parent, source of a fork, children and forks: one query."""
+        near = Q(parent_run=run) | Q(forked_from=run)
+        if run.parent_run_id or run.forked_from_id:
+            near |= Q(pk__in=[pk for pk in (run.parent_run_id, run.forked_from_id) if pk])
+        related = WorkflowRun.objects.filter(near).only(
+            "id", "workflow", "status", "parent_run_id", "forked_from_id", "created_at"
+        )
+        groups: dict[str, list[WorkflowRun]] = {}
+        for other in related.order_by("created_at"):
+            for role, matches in (
+                ("parent", other.pk == run.parent_run_id),
+                ("forked from", other.pk == run.forked_from_id),
+                ("child", other.parent_run_id == run.pk),
+                ("fork", other.forked_from_id == run.pk),
+            ):
+                if matches:
+                    groups.setdefault(role, []).append(other)
+        if not groups:
+            return EMPTY
+        return format_html(
+            '<dl class="pikku-related">{}</dl>',
+            format_html_join(
+                "",
+                "<dt>{}</dt><dd>{}</dd>",
+                ((role, self._run_chips(runs)) for role, runs in groups.items()),
+            ),
+        )
+
+    def _run_chips(self, runs: list[WorkflowRun]) -> SafeString:
+        return format_html_join(
+            " ",
+            '<span class="pikku-chip">{} {} {}</span>',
+            (
+                (
+                    run_link(self.admin_site, r.pk),
+                    r.workflow,
+                    status_badge(r.status, r.get_status_display()),
+                )
+                for r in runs
+            ),
+        )
+
+    @admin.display(description="error")
+    def error_display(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_error(run.error)
+
+    @admin.display(description="input")
+    def input_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.input)
+
+    @admin.display(description="output")
+    def output_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.output)
+
+    @admin.display(description="state")
+    def state_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.state)
+
+
+def _exact_and_relative(moment: datetime) -> SafeString:
+    exact = timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return format_html("{} ({})", exact, format_moment(moment))
