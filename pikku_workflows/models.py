@@ -55,6 +55,7 @@ class WorkflowRun(models.Model):
     lease_holder = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     rerun_requested = models.BooleanField(default=False)
+    # In DESIGN's contract; today every timer (sleep, retry backoff) lives on its step row.
     wake_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -79,10 +80,6 @@ class WorkflowRun(models.Model):
                 fields=["updated_at"],
                 name="pikku_run_running_updated",
                 condition=Q(status="running"),
-            ),
-            # The timer loop claims due parked runs.
-            models.Index(
-                fields=["wake_at"], name="pikku_run_wake_at", condition=Q(wake_at__isnull=False)
             ),
         ]
         permissions = [

@@ -26,9 +26,6 @@ class DatabaseNow(Now):
 
 
 class WorkflowRunQuerySet(models.QuerySet):
-    def settled(self) -> WorkflowRunQuerySet:
-        return self.filter(status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED])
-
     def running(self) -> WorkflowRunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
 
@@ -37,10 +34,6 @@ class WorkflowRunQuerySet(models.QuerySet):
         return self.filter(
             models.Q(lease_holder__isnull=True) | models.Q(lease_expires_at__lt=DatabaseNow())
         )
-
-    def due(self) -> WorkflowRunQuerySet:
-        """Running runs whose timer (a parked long sleep or retry) has come."""
-        return self.running().filter(wake_at__lte=DatabaseNow())
 
     def lease_lapsed(self) -> WorkflowRunQuerySet:
         """Running runs whose orchestrator pass stopped renewing the run lease (it died)."""
