@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from .conf import pikku_settings
@@ -32,10 +33,28 @@ def _enqueue(task: str, *args: Any, cluster: str | None) -> None:
         raise WorkflowDispatchException(f"Could not enqueue {task}{args}: {exc}") from exc
 
 
+def orchestrator_cluster() -> str:
+    """The django-q2 cluster that runs orchestrator passes: `ORCHESTRATOR_QUEUE`, or else the
+    project's own cluster (`Q_CLUSTER["name"]`), whichever cluster the enqueuing process serves."""
+    if pikku_settings.ORCHESTRATOR_QUEUE:
+        return str(pikku_settings.ORCHESTRATOR_QUEUE)
+    configured = getattr(settings, "Q_CLUSTER", {}) or {}
+    return str(configured.get("cluster_name", configured.get("name", "default")))
+
+
+def serves_orchestrator_cluster() -> bool:
+    """True when this process is a worker of the orchestrators' cluster (or no worker at all,
+    e.g. a test calling a task directly: it serves the project's own cluster)."""
+    from django_q.conf import Conf
+
+    return orchestrator_cluster() == Conf.CLUSTER_NAME
+
+
 def enqueue_orchestration(run_id: Any) -> None:
     """Ask a worker for an orchestrator pass of the run (after the current commit)."""
     run_id = str(run_id)
-    cluster = pikku_settings.ORCHESTRATOR_QUEUE
+    # Named explicitly: from a worker of another cluster (`queue=`), "the default" would be its own.
+    cluster = orchestrator_cluster()
     connection = transaction.get_connection()
     if connection.in_atomic_block:
         transaction.on_commit(lambda: _enqueue_logged(ORCHESTRATE_TASK, run_id, cluster=cluster))

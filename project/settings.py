@@ -109,6 +109,9 @@ Q_CLUSTER = {
     "save_limit": -1,
     "poll": 0.1,
     "catch_up": False,
+    # FIFO dequeue with SKIP LOCKED, one statement per claim (bench/queued.py measures it).
+    "broker_class": os.environ.get("PIKKU_Q_BROKER", "pikku_workflows.broker.SkipLockedOrmBroker")
+    or None,
 }
 
 # PIKKU_EXTRA_WORKFLOW_MODULES (comma-separated) lets test worker subprocesses load test workflows.

@@ -6,17 +6,20 @@ Leases and due times are judged on the database clock.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..models import WorkflowStep
+from ..models import WorkflowStep, WorkflowStepHistory
 from ..querysets import DatabaseNow
 from ..status import RunStatus, StepStatus
+from . import fast_path
 from .transitions import move_step_txn
 
 # How long the claim of one known step waits for another transaction's row lock.
@@ -37,6 +40,33 @@ def claim_step(run_id: Any, step_key: str) -> tuple[WorkflowStep | None, bool]:
         if step is None:
             return None, False
         return _claim_locked_txn(step)
+
+
+def claim_fresh_step(
+    run_id: Any, step_key: str, runnable: Collection[str]
+) -> tuple[WorkflowStep | None, str | None]:
+    """The common claim, one statement on PostgreSQL: a pending or scheduled step whose function
+    is in `runnable` (this worker has it) → running under a fresh lease. (The step or None,
+    the run's started_by username.) None: `claim_step` and its checks decide what else to do.
+    """
+    if connection.vendor != "postgresql":
+        return None, None
+    step = fast_path.claim_fresh_step(
+        run_id,
+        step_key,
+        [StepStatus.PENDING, StepStatus.SCHEDULED],
+        list(runnable),
+        pikku_settings.STEP_LEASE_SECONDS,
+        timezone.now(),
+    )
+    if step is None:
+        return None, None
+    if not step.history_found:  # type: ignore[attr-defined]
+        # A crash between two writes in an older version left no row for this attempt.
+        WorkflowStepHistory.objects.create(
+            step_id=step.pk, attempt=step.attempt, status=StepStatus.RUNNING, running_at=Now()
+        )
+    return step, step.started_by_name  # type: ignore[attr-defined]
 
 
 def _lock_step_txn(run_id: Any, step_key: str) -> WorkflowStep | None:

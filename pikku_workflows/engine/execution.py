@@ -5,6 +5,7 @@ Shared by the orchestrator pass (in-process steps) and the step worker (queued s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..dispatch import enqueue_orchestration, enqueue_step
+from ..dispatch import enqueue_orchestration, enqueue_step, serves_orchestrator_cluster
 from ..exceptions import (
     DispatchFailed,
     InvalidTransition,
@@ -30,7 +31,7 @@ from ..registry import registry
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus, StepStatus
-from .claims import claim_step
+from .claims import claim_fresh_step, claim_step
 from .context import StepContext, invocation_id
 from .leases import heartbeat
 from .replay import ReplayPass
@@ -137,33 +138,24 @@ def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> WorkflowStep:
         raise DispatchFailed(exc) from exc
     if step.status == StepStatus.PENDING:
         # A worker may have claimed it already: then the guard refuses and that is fine.
-        with transaction.atomic():
-            move_step_txn(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
+        with contextlib.suppress(InvalidTransition, StepSuperseded):
+            move_step(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
     raise RunParked(step.step_key)
 
 
 def execute_queued_step(run_id: Any, step_key: str) -> None:
-    """The step worker: claim the step, run one attempt, record it, resume the orchestrator.
+    """The step worker: claim the step, run one attempt, record it, continue the run.
 
     Idempotent: a duplicate or late message finds nothing to claim and returns quietly.
     """
-    function_name = (
-        WorkflowStep.objects.filter(run_id=run_id, step_key=step_key)
-        .values_list("function_name", flat=True)
-        .first()
-    )
-    if function_name is None:
-        return
-    definition = registry.step_functions.get(function_name)
-    if definition is None:
-        suspend_for_missing_function(run_id, step_key, function_name)
-        return
-    step, exhausted = claim_step(run_id, step_key)
+    step, started_by = claim_fresh_step(run_id, step_key, registry.step_functions)
     if step is None:
-        if exhausted:
-            enqueue_orchestration(run_id)
-        return
-    started_by = step.run.started_by.get_username() if step.run.started_by else None
+        step, exhausted, started_by = _claim_with_checks(run_id, step_key)
+        if step is None:
+            if exhausted:
+                continue_run(run_id)
+            return
+    definition = registry.get_step_function(step.function_name or "")
     args = (step.data, step_context(step, started_by))
     outcome = call_with_timeout(step, definition.func, args)
     policy = RetryPolicy.from_stored(step.retries, step.retry_delay)
@@ -174,8 +166,45 @@ def execute_queued_step(run_id: Any, step_key: str) -> None:
         logger.info("pikku_workflows: attempt %s of %s superseded", step.attempt, step_key)
         return
     if step.status == StepStatus.SUCCEEDED or step.attempt >= step.attempt_limit:
-        enqueue_orchestration(run_id)
+        continue_run(run_id)
     # Otherwise the retry waits on wake_at; the timer loop dispatches it when due.
+
+
+def _claim_with_checks(run_id: Any, step_key: str) -> tuple[WorkflowStep | None, bool, str | None]:
+    """The general claim (new attempts, lapsed leases, a function this worker lacks):
+    (the step now running under our attempt or None, whether it ended exhausted, started_by)."""
+    function_name = (
+        WorkflowStep.objects.filter(run_id=run_id, step_key=step_key)
+        .values_list("function_name", flat=True)
+        .first()
+    )
+    if function_name is None:
+        return None, False, None
+    if function_name not in registry.step_functions:
+        suspend_for_missing_function(run_id, step_key, function_name)
+        return None, False, None
+    step, exhausted = claim_step(run_id, step_key)
+    if step is None:
+        return None, exhausted, None
+    return step, False, step.run.started_by.get_username() if step.run.started_by else None
+
+
+def continue_run(run_id: Any) -> None:
+    """Let the orchestrator see a step outcome it must act on: run its pass right here (one queue
+    hop per step instead of two), or enqueue it.
+
+    In place only when this worker serves the orchestrators' cluster (`ORCHESTRATOR_QUEUE`, or
+    the project's own cluster when that is unset): a step routed with `queue=` to another
+    cluster (a GPU box, a slow lane) must not run orchestrator passes there, so its worker
+    enqueues the pass to the orchestrators' cluster instead. The pass is safe anywhere it runs:
+    it takes the run lease, or asks the live holder for one more pass (`rerun_requested`).
+    """
+    if not serves_orchestrator_cluster():
+        enqueue_orchestration(run_id)
+        return
+    from .orchestrator import orchestrate  # the orchestrator imports the steps, which import us
+
+    orchestrate(run_id)
 
 
 def call_with_timeout(

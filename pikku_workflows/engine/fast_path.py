@@ -147,3 +147,70 @@ def update_step_fenced(
         cursor.execute(sql, params)
         moved, history_found = cursor.fetchone()
     return bool(moved), bool(history_found)
+
+
+@functools.cache
+def _claim_fresh_step_sql() -> str:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model()
+    username = user._meta.get_field(user.USERNAME_FIELD)
+    assert isinstance(username, Field)
+    run, step = WorkflowRun._meta.db_table, WorkflowStep._meta.db_table
+    history = WorkflowStepHistory._meta.db_table
+    returned = ", ".join(f"claimed.{_column(f)}" for f in _inserted_fields(WorkflowStep))
+    return f"""
+        WITH guard AS (
+            SELECT run.id, owner.{_column(username)} AS started_by
+            FROM {_quoted(run)} run
+            LEFT JOIN {_quoted(user._meta.db_table)} owner ON owner.id = run.started_by_id
+            -- A cancelled or suspended run starts nothing new; FOR SHARE holds it so until
+            -- this statement commits (a cancel's UPDATE waits) without writing the run row.
+            WHERE run.id = %s AND run.status = %s FOR SHARE OF run
+        ), claimed AS (
+            UPDATE {_quoted(step)}
+            SET status = %s, wake_at = NULL, updated_at = CLOCK_TIMESTAMP(),
+                lease_expires_at = CLOCK_TIMESTAMP() + make_interval(secs => %s)
+            -- Only a first claim of this attempt; waits on a row another claim holds, then
+            -- re-checks the status (a second claimer of the same attempt matches nothing).
+            WHERE run_id = (SELECT id FROM guard) AND step_key = %s AND status = ANY(%s)
+                AND function_name = ANY(%s)
+            RETURNING *
+        ), history AS (
+            UPDATE {_quoted(history)} SET status = %s, running_at = %s
+            WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
+            RETURNING 1
+        )
+        SELECT {returned}, (SELECT started_by FROM guard) AS started_by_name,
+            (SELECT count(*) FROM history) AS history_found
+        FROM claimed
+    """
+
+
+def claim_fresh_step(
+    run_id: Any,
+    step_key: str,
+    sources: list[str],
+    function_names: list[str],
+    lease_seconds: float,
+    running_at: Any,
+) -> WorkflowStep | None:
+    """Move a pending or scheduled step of a running run to running, in one statement.
+
+    The step comes back as a model instance with `started_by_name` and `history_found`
+    attributes; None when nothing matched (the caller's general claim decides why).
+    """
+    from ..status import StepStatus
+
+    params = [
+        run_id,
+        RunStatus.RUNNING,
+        StepStatus.RUNNING,
+        lease_seconds,
+        step_key,
+        sources,
+        function_names,
+        StepStatus.RUNNING,
+        _field(WorkflowStepHistory, "running_at").get_db_prep_save(running_at, connection),
+    ]
+    return next(iter(WorkflowStep.objects.raw(_claim_fresh_step_sql(), params)), None)

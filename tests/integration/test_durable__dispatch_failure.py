@@ -164,7 +164,11 @@ def test_dispatch_failure__after_a_step_succeeded_the_stalled_sweep_resumes(
     tasks.orchestrate(run_id)
     broker.down = True
 
-    with pytest.raises(WorkflowDispatchException):
+    # A worker outside the orchestrators' cluster sends the pass rather than running it here.
+    with (
+        override_settings(PIKKU_WORKFLOWS={"ORCHESTRATOR_QUEUE": "orchestrators"}),
+        pytest.raises(WorkflowDispatchException),
+    ):
         tasks.execute_step(run_id, "charge")  # the result is recorded; the pass is not sent
 
     step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")
@@ -175,3 +179,16 @@ def test_dispatch_failure__after_a_step_succeeded_the_stalled_sweep_resumes(
     drain_queue()
     assert completed(run_id).output == {"charged": 5}
     assert ran == [1]
+
+
+def test_dispatch_failure__a_worker_of_the_orchestrators_cluster_continues_in_place(
+    broker, ran, fresh_backoff
+):
+    run_id = pw.start_workflow("dsp.order", {"amount": 5})
+    tasks.orchestrate(run_id)
+    broker.down = True
+
+    tasks.execute_step(run_id, "charge")  # records the result and runs the pass: nothing to send
+
+    assert broker.refused == 0
+    assert completed(run_id).output == {"charged": 5}

@@ -1,0 +1,91 @@
+"""`pikku_workflows.broker.SkipLockedOrmBroker`: FIFO claims, acknowledgement, and re-delivery
+after django-q2's `retry` window, like the ORM broker it replaces."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django_q.conf import Conf
+from django_q.models import OrmQ
+
+from pikku_workflows.broker import SkipLockedOrmBroker
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> SkipLockedOrmBroker:
+    monkeypatch.setattr(Conf, "BULK", 3)
+    monkeypatch.setattr(Conf, "POLL", 0)
+    return SkipLockedOrmBroker(list_key="bench-q")
+
+
+def enqueue(broker: SkipLockedOrmBroker, count: int) -> list[int]:
+    return [broker.enqueue(f"payload-{i}") for i in range(count)]
+
+
+def test_dequeue__takes_up_to_bulk_messages_oldest_first(broker):
+    ids = enqueue(broker, 5)
+
+    first, second = broker.dequeue(), broker.dequeue()
+
+    assert first == [(ids[0], "payload-0"), (ids[1], "payload-1"), (ids[2], "payload-2")]
+    assert second == [(ids[3], "payload-3"), (ids[4], "payload-4")]
+    assert broker.dequeue() is None  # claimed messages stay hidden until `retry` passes
+
+
+def test_dequeue__is_one_statement_with_skip_locked(broker):
+    enqueue(broker, 1)
+
+    with CaptureQueriesContext(connection) as captured:
+        broker.dequeue()
+
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert len(statements) == 1, statements
+    assert "FOR UPDATE SKIP LOCKED" in statements[0]
+    assert "ORDER BY id" in statements[0]
+
+
+def test_dequeue__only_its_own_queue(broker):
+    other = SkipLockedOrmBroker(list_key="elsewhere")
+    enqueue(other, 2)
+    ids = enqueue(broker, 1)
+
+    assert broker.dequeue() == [(ids[0], "payload-0")]
+    assert len(other.dequeue()) == 2
+
+
+def test_acknowledge__deletes_the_message(broker):
+    ids = enqueue(broker, 2)
+    broker.dequeue()
+
+    broker.acknowledge(ids[0])
+
+    assert list(OrmQ.objects.values_list("id", flat=True)) == [ids[1]]
+
+
+def test_acknowledge__is_one_delete(broker):
+    ids = enqueue(broker, 1)
+    broker.dequeue()
+
+    with CaptureQueriesContext(connection) as captured:
+        broker.acknowledge(ids[0])
+
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["DELETE"]
+
+
+def test_unacknowledged_message__is_delivered_again_after_retry(broker, monkeypatch):
+    monkeypatch.setattr(Conf, "RETRY", 0.2)
+    ids = enqueue(broker, 1)
+    assert broker.dequeue() == [(ids[0], "payload-0")]
+    assert broker.dequeue() is None
+
+    time.sleep(0.3)
+
+    assert broker.dequeue() == [(ids[0], "payload-0")]
+    broker.acknowledge(ids[0])
+    time.sleep(0.3)
+    assert broker.dequeue() is None

@@ -1,0 +1,69 @@
+"""The per-step cost of a queued step, pinned: claim, run, record and the in-place orchestrator
+pass that dispatches the next step, in a fixed number of round trips (issue 5, bench/queued.py)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import pikku_workflows as pw
+from pikku_workflows import tasks
+from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.status import RunStatus, StepStatus
+from tests.queue import drain_queue, queued_tasks
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
+ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
+
+# One queued step, as a worker runs it (every statement is one round trip, each its own commit):
+STEP_BUDGET = [
+    "WITH guard",  # claim: run still running (FOR SHARE), step -> running, history, started_by
+    "WITH moved",  # record the result, fenced by attempt, with its history row
+    "SELECT",  # the in-place pass: the run (settled runs return here, before any lock)
+    "UPDATE",  # take the run lease
+    "SELECT",  # every step of the run, one query
+    "WITH guard",  # create the next step with its history row, guarded by the lease
+    "INSERT",  # its queue message (django-q2 ORM broker)
+    "WITH moved",  # mark it scheduled
+    "UPDATE",  # release the run lease
+]
+
+
+@pytest.fixture
+def chain() -> None:
+    @pw.step_function("budget.add", inline=False)
+    def add(data: dict, ctx: pw.StepContext) -> int:
+        return data["i"] + 1
+
+    @pw.workflow("budget.chain")
+    def run_chain(wf: pw.Workflow, input: dict) -> int:
+        total = 0
+        for i in range(input["k"]):
+            total += wf.do(f"s{i}", "budget.add", {"i": i})
+        return total
+
+
+def test_queued_step__claim_record_and_in_place_pass_fit_the_budget(chain):
+    run_id = pw.start_workflow("budget.chain", {"k": 3})
+    tasks.orchestrate(run_id)  # the start message: dispatches s0
+    tasks.execute_step(run_id, "s0")  # warm: statement caches, first-use imports
+
+    with CaptureQueriesContext(connection) as captured:
+        tasks.execute_step(run_id, "s1")
+
+    statements = [" ".join(query["sql"].split()) for query in captured.captured_queries]
+    assert len(statements) == len(STEP_BUDGET), "\n".join(statements)
+    for statement, expected in zip(statements, STEP_BUDGET, strict=True):
+        assert statement.startswith(expected), "\n".join(statements)
+    assert "FOR SHARE" in statements[0]
+    step = WorkflowStep.objects.get(run_id=run_id, step_key="s2")
+    assert step.status == StepStatus.SCHEDULED
+    # One queue hop per step: after the start message, only step messages (s0, s1, s2).
+    assert [task for task, _ in queued_tasks()] == [ORCHESTRATE] + [EXECUTE_STEP] * 3
+
+    drain_queue()
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, 6)
