@@ -24,45 +24,14 @@ from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.retry import RetryPolicy
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.concurrency.harness import JOIN_TIMEOUT, race
 from tests.queue import drain_queue
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 THREADS = 8
 ROUNDS = 3
-JOIN_TIMEOUT = 30
 STEP_TABLE = WorkflowStep._meta.db_table
-
-
-def race(actions: list[Callable[[Any], Any]], prepare: Callable[[], Any] = lambda: None) -> list:
-    """Run each action in its own thread, released together by a barrier; return each outcome
-    (the action's return value, or the exception it raised).
-
-    `prepare` runs in each thread before the barrier and its value is the action's argument.
-    """
-    barrier = threading.Barrier(len(actions), timeout=JOIN_TIMEOUT)
-    outcomes: list[Any] = [None] * len(actions)
-
-    def contender(index: int, action: Callable[[Any], Any]) -> None:
-        try:
-            prepared = prepare()
-            barrier.wait()
-            outcomes[index] = action(prepared)
-        except BaseException as exc:  # report everything, including a broken barrier
-            outcomes[index] = exc
-        finally:
-            connection.close()
-
-    threads = [
-        threading.Thread(target=contender, args=(index, action), daemon=True)
-        for index, action in enumerate(actions)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=JOIN_TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a contender hung (deadlock?)"
-    return outcomes
 
 
 class BodyLog:

@@ -2,56 +2,21 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from pikku_workflows.engine.transitions import move_run, move_step
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.concurrency.harness import race
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 THREADS = 8
 ROUNDS = 5
-JOIN_TIMEOUT = 30
-
-
-def race(actions: list[Callable[[], Any]], prepare: Callable[[], Any] | None = None) -> list[Any]:
-    """Run each action in its own thread, all released at once; return each outcome.
-
-    `prepare` runs in every thread before the barrier (its value is passed to the action), so
-    each thread reads its own copy of the row first. An outcome is "won" or the exception.
-    """
-    barrier = threading.Barrier(len(actions), timeout=JOIN_TIMEOUT)
-    outcomes: list[Any] = [None] * len(actions)
-
-    def contender(index: int, action: Callable[..., Any]) -> None:
-        try:
-            prepared = prepare() if prepare else None
-            barrier.wait()
-            action(prepared) if prepare else action()
-            outcomes[index] = "won"
-        except BaseException as exc:  # report everything, including a broken barrier
-            outcomes[index] = exc
-        finally:
-            connection.close()
-
-    threads = [
-        threading.Thread(target=contender, args=(index, action), daemon=True)
-        for index, action in enumerate(actions)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=JOIN_TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a contender hung (deadlock?)"
-    return outcomes
 
 
 def _history(step_id) -> list[tuple]:
@@ -63,8 +28,8 @@ def _history(step_id) -> list[tuple]:
 
 
 def _split(outcomes: list[Any]) -> tuple[list[int], list[BaseException]]:
-    winners = [index for index, outcome in enumerate(outcomes) if outcome == "won"]
-    losers = [outcome for outcome in outcomes if outcome != "won"]
+    winners = [i for i, outcome in enumerate(outcomes) if not isinstance(outcome, BaseException)]
+    losers = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
     return winners, losers
 
 
@@ -149,10 +114,10 @@ def test_move_step__stale_results_race_a_new_attempt(round_number):
 def test_move_run__cancel_races_complete_and_one_wins(round_number):
     run = WorkflowRunFactory(status=RunStatus.RUNNING)
 
-    def cancel() -> None:
+    def cancel(_: Any) -> None:
         move_run(run.pk, RunStatus.CANCELLED, error={"code": "WORKFLOW_CANCELLED"})
 
-    def complete() -> None:
+    def complete(_: Any) -> None:
         move_run(run.pk, RunStatus.COMPLETED, expected=[RunStatus.RUNNING], output={"done": True})
 
     actions = [cancel, complete] * (THREADS // 2)
