@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -18,29 +17,13 @@ from django.utils import timezone
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import RunStatus, StepStatus
 from project.demo.models import Order
+from tests.admin_support import change_url, listed_ids, staff_client
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory, WorkflowStepHistoryFactory
 
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:pikku_workflows_workflowrun_changelist")
 ADD = reverse("admin:pikku_workflows_workflowrun_add")
-
-
-def change_url(run: WorkflowRun) -> str:
-    return reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
-
-
-def listed_ids(response: Any) -> set[uuid.UUID]:
-    assert response.status_code == 200
-    return {run.pk for run in response.context["cl"].result_list}
-
-
-def staff_client(django_user_model: Any, username: str, *codenames: str) -> Client:
-    user = django_user_model.objects.create_user(username, password="x", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

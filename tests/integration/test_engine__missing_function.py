@@ -15,12 +15,9 @@ from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistor
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.factories import WorkflowStepFactory
+from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 def _history(run_id: str, key: str) -> list[tuple]:
@@ -47,7 +44,7 @@ def ships_later():
 def test_missing_function__suspends_the_run_with_rpc_not_found(ships_later):
     run_id = ships_later
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.SUSPENDED
     assert run.error["code"] == "RPC_NOT_FOUND"
     assert run.error["step_key"] == "ship"
@@ -73,7 +70,7 @@ def test_missing_function__resumed_before_it_is_deployed_suspends_again(ships_la
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert (_run(run_id).status, _run(run_id).error["code"]) == (
+    assert (load_run(run_id).status, load_run(run_id).error["code"]) == (
         RunStatus.SUSPENDED,
         "RPC_NOT_FOUND",
     )
@@ -92,7 +89,7 @@ def test_missing_function__deployed_and_resumed_the_run_completes(ships_later):
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output, run.error) == (
         RunStatus.COMPLETED,
         {"shipped": "shipped packed"},
@@ -117,7 +114,7 @@ def test_missing_function__unknown_on_error_handler_suspends_the_run():
 
     run_id = pw.start_workflow("missing.handler", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"], run.error["step_key"]) == (
         RunStatus.SUSPENDED,
         "RPC_NOT_FOUND",
@@ -147,7 +144,7 @@ def test_missing_function__gone_before_a_retry_suspends_without_a_new_attempt():
 
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"], run.error["step_key"]) == (
         RunStatus.SUSPENDED,
         "RPC_NOT_FOUND",
@@ -161,7 +158,7 @@ def test_missing_function__gone_before_a_retry_suspends_without_a_new_attempt():
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, "ok")
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "ok")
     assert [row[:2] for row in _history(run_id, "call")] == [
         (1, StepStatus.FAILED),
         (2, StepStatus.SUCCEEDED),
@@ -190,7 +187,7 @@ def test_missing_function__gone_when_a_lapsed_attempt_is_reclaimed_suspends_the_
 
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"]) == (RunStatus.SUSPENDED, "RPC_NOT_FOUND")
     step.refresh_from_db()
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)
@@ -202,7 +199,7 @@ def test_missing_function__name_deployed_later_as_a_workflow_runs_as_a_child():
         return wf.do("invoice", "missing.invoice_workflow", {"order": 7})
 
     run_id = pw.start_workflow("missing.parent", {}, inline=True)
-    assert (_run(run_id).status, _run(run_id).error["code"]) == (
+    assert (load_run(run_id).status, load_run(run_id).error["code"]) == (
         RunStatus.SUSPENDED,
         "RPC_NOT_FOUND",
     )
@@ -217,7 +214,7 @@ def test_missing_function__name_deployed_later_as_a_workflow_runs_as_a_child():
     orchestrate(child.pk)
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, {"invoice": 7})
     child.refresh_from_db()
     assert child.status == RunStatus.COMPLETED

@@ -12,26 +12,11 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.rows import attempt_statuses, load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
-
-
-def _history(run_id: str, key: str) -> list[tuple]:
-    return list(
-        WorkflowStepHistory.objects.filter(step__run_id=run_id, step__step_key=key)
-        .order_by("attempt")
-        .values_list("attempt", "status")
-    )
 
 
 @pytest.fixture
@@ -56,7 +41,7 @@ def test_retries__default_is_five_retries(always_fails, retry_delay):
     run_id = pw.start_workflow("retries.default", {"delay": retry_delay}, inline=True)
 
     assert always_fails == [1, 2, 3, 4, 5, 6]
-    step = _step(run_id, "charge")
+    step = load_step(run_id, "charge")
     assert (step.status, step.attempt, step.attempt_limit, step.retries) == (
         StepStatus.FAILED,
         6,
@@ -64,7 +49,7 @@ def test_retries__default_is_five_retries(always_fails, retry_delay):
         5,
     )
     assert step.wake_at is None
-    assert _history(run_id, "charge") == [(n, StepStatus.FAILED) for n in range(1, 7)]
+    assert attempt_statuses(run_id, "charge") == [(n, StepStatus.FAILED) for n in range(1, 7)]
 
 
 def test_retries__default_comes_from_the_setting(always_fails):
@@ -86,8 +71,8 @@ def test_retries__zero_retries_means_exactly_one_attempt(always_fails):
     run_id = pw.start_workflow("retries.zero", {}, inline=True)
 
     assert always_fails == [1]
-    assert _history(run_id, "charge") == [(1, StepStatus.FAILED)]
-    assert _run(run_id).status == RunStatus.FAILED
+    assert attempt_statuses(run_id, "charge") == [(1, StepStatus.FAILED)]
+    assert load_run(run_id).status == RunStatus.FAILED
 
 
 def test_retries__a_later_attempt_succeeding_completes_the_run():
@@ -103,14 +88,14 @@ def test_retries__a_later_attempt_succeeding_completes_the_run():
 
     run_id = pw.start_workflow("retries.lucky", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, {"attempt": 3})
-    assert _history(run_id, "charge") == [
+    assert attempt_statuses(run_id, "charge") == [
         (1, StepStatus.FAILED),
         (2, StepStatus.FAILED),
         (3, StepStatus.SUCCEEDED),
     ]
-    step = _step(run_id, "charge")
+    step = load_step(run_id, "charge")
     assert (step.attempt, step.error, step.result) == (3, None, {"attempt": 3})
 
 
@@ -143,10 +128,10 @@ def test_retries__exhausted_step_raises_step_failed_that_the_body_may_catch(alwa
 
     run_id = pw.start_workflow("retries.fallback", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, {"fallback": True})
     assert caught == [("STEP_FAILED", "charge", "card declined on attempt 2")]
-    assert _step(run_id, "charge").status == StepStatus.FAILED
+    assert load_step(run_id, "charge").status == StepStatus.FAILED
 
 
 def test_retries__exhausted_step_raises_step_failed_again_on_replay(always_fails):
@@ -165,7 +150,7 @@ def test_retries__exhausted_step_raises_step_failed_again_on_replay(always_fails
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert _run(run_id).status == RunStatus.COMPLETED
+    assert load_run(run_id).status == RunStatus.COMPLETED
     assert caught == ["charge", "charge"]
     assert always_fails == [1, 2]
 
@@ -180,7 +165,7 @@ def test_retries__uncaught_step_failed_fails_the_run_with_step_failed(always_fai
 
     run_id = pw.start_workflow("retries.uncaught", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert run.error["code"] == "STEP_FAILED"
     assert run.error["step_key"] == "charge"
@@ -208,7 +193,7 @@ def test_retries__on_error_runs_once_as_its_own_step_and_the_run_still_fails(alw
     assert compensations == [
         ({"error": {"message": "card declined on attempt 3"}}, "charge:onError", 1)
     ]
-    handler = _step(run_id, "charge:onError")
+    handler = load_step(run_id, "charge:onError")
     assert (handler.status, handler.function_name, handler.result) == (
         StepStatus.SUCCEEDED,
         "retries.refund",
@@ -216,7 +201,7 @@ def test_retries__on_error_runs_once_as_its_own_step_and_the_run_still_fails(alw
     )
     assert handler.from_step_key == "charge"
     assert handler.attempt_limit == 1
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert (run.error["code"], run.error["step_key"]) == ("STEP_FAILED", "charge")
 
@@ -240,7 +225,7 @@ def test_retries__on_error_is_not_run_again_on_replay(always_fails):
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert _run(run_id).status == RunStatus.COMPLETED
+    assert load_run(run_id).status == RunStatus.COMPLETED
     assert compensations == ["charge:onError"]
 
 
@@ -255,12 +240,12 @@ def test_retries__failing_on_error_handler_keeps_the_original_error(always_fails
 
     run_id = pw.start_workflow("retries.compensation_fails", {}, inline=True)
 
-    handler = _step(run_id, "charge:onError")
+    handler = load_step(run_id, "charge:onError")
     assert handler.status == StepStatus.FAILED
     assert handler.error["message"] == "refund service down"
     # The handler gets exactly one attempt.
-    assert _history(run_id, "charge:onError") == [(1, StepStatus.FAILED)]
-    run = _run(run_id)
+    assert attempt_statuses(run_id, "charge:onError") == [(1, StepStatus.FAILED)]
+    run = load_run(run_id)
     assert (run.error["code"], run.error["step_key"]) == ("STEP_FAILED", "charge")
     assert "card declined on attempt 1" in run.error["message"]
 
@@ -278,7 +263,7 @@ def test_retries__succeeding_step_does_not_run_on_error():
 
     run_id = pw.start_workflow("retries.no_compensation", {}, inline=True)
 
-    assert _run(run_id).output == "paid"
+    assert load_run(run_id).output == "paid"
     assert compensations == []
     assert not WorkflowStep.objects.filter(run_id=run_id, step_key="charge:onError").exists()
 
@@ -296,7 +281,7 @@ def test_retries__short_wait_happens_in_the_inline_caller():
 
     run_id = pw.start_workflow("retries.short_wait", {}, inline=True)
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, "ok")
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "ok")
 
 
 @override_settings(PIKKU_WORKFLOWS={"INLINE_SLEEP_MAX_SECONDS": 1})
@@ -309,10 +294,10 @@ def test_retries__wait_longer_than_the_inline_limit_parks_the_run(always_fails):
     run_id = pw.start_workflow("retries.long_wait", {}, inline=True)
 
     assert always_fails == [1]
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.RUNNING
     assert run.lease_holder is None
-    step = _step(run_id, "charge")
+    step = load_step(run_id, "charge")
     assert (step.status, step.attempt) == (StepStatus.FAILED, 1)
     assert step.wake_at is not None
     assert before + timedelta(seconds=9) < step.wake_at < timezone.now() + timedelta(seconds=11)
@@ -350,10 +335,10 @@ def test_retries__parked_retry_runs_its_next_attempt_once_due():
     orchestrate(run_id)
 
     assert attempts == [1, 2]
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, "ok")
-    assert _history(run_id, "call") == [(1, StepStatus.FAILED), (2, StepStatus.SUCCEEDED)]
-    assert _step(run_id, "call").wake_at is None
+    assert attempt_statuses(run_id, "call") == [(1, StepStatus.FAILED), (2, StepStatus.SUCCEEDED)]
+    assert load_step(run_id, "call").wake_at is None
 
 
 def test_retries__queued_pass_parks_even_a_short_retry_wait():
@@ -374,7 +359,7 @@ def test_retries__queued_pass_parks_even_a_short_retry_wait():
     orchestrate(run_id)  # a worker's pass: it must not sleep in the worker
 
     assert attempts == [1]
-    assert _run(run_id).status == RunStatus.RUNNING
+    assert load_run(run_id).status == RunStatus.RUNNING
     assert pw.get_run_status(run_id)["waiting_on"]["kind"] == "retry"
 
 
@@ -387,7 +372,7 @@ def test_retries__exponential_backoff_doubles_from_a_second_with_jitter(always_f
     waits = []
     run_id = pw.start_workflow("retries.exponential", {}, inline=True)
     for _ in range(2):
-        step = _step(run_id, "charge")
+        step = load_step(run_id, "charge")
         failed_at = WorkflowStepHistory.objects.get(step=step, attempt=step.attempt).failed_at
         waits.append((step.wake_at - failed_at).total_seconds())
         step.wake_at = timezone.now() - timedelta(seconds=1)
@@ -395,7 +380,7 @@ def test_retries__exponential_backoff_doubles_from_a_second_with_jitter(always_f
         orchestrate(run_id)
 
     assert always_fails == [1, 2, 3]
-    assert _step(run_id, "charge").retry_delay == "exponential"
+    assert load_step(run_id, "charge").retry_delay == "exponential"
     # 1 s then 2 s, each ±20 % (a few ms of slack between computing wake_at and the history time).
     assert 0.75 <= waits[0] <= 1.25
     assert 1.55 <= waits[1] <= 2.45
@@ -410,7 +395,7 @@ def test_retries__int_or_duration_delay_is_fixed(always_fails, retry_delay, stor
 
     run_id = pw.start_workflow("retries.fixed", {"delay": retry_delay}, inline=True)
 
-    step = _step(run_id, "charge")
+    step = load_step(run_id, "charge")
     failed_at = WorkflowStepHistory.objects.get(step=step, attempt=1).failed_at
     assert step.retry_delay == stored
     wait_ms = (step.wake_at - failed_at).total_seconds() * 1000
@@ -427,5 +412,8 @@ def test_retries__invalid_retries_fail_the_run_with_invalid_input(retries):
 
     run_id = pw.start_workflow("retries.invalid", {}, inline=True)
 
-    assert (_run(run_id).status, _run(run_id).error["code"]) == (RunStatus.FAILED, "INVALID_INPUT")
+    assert (load_run(run_id).status, load_run(run_id).error["code"]) == (
+        RunStatus.FAILED,
+        "INVALID_INPUT",
+    )
     assert calls == []

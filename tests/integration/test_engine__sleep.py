@@ -11,18 +11,11 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.rows import load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
 
 
 def test_sleep__short_sleep_in_an_inline_run_completes_in_process():
@@ -33,9 +26,9 @@ def test_sleep__short_sleep_in_an_inline_run_completes_in_process():
 
     run_id = pw.start_workflow("sleep.short", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, "rested")
-    nap = _step(run_id, "nap")
+    nap = load_step(run_id, "nap")
     assert (nap.status, nap.kind, nap.data, nap.wake_at) == (
         StepStatus.SUCCEEDED,
         "sleep",
@@ -53,9 +46,9 @@ def test_sleep__long_sleep_parks_the_run_on_a_timer():
     before = timezone.now()
     run_id = pw.start_workflow("sleep.long", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output, run.lease_holder) == (RunStatus.RUNNING, None, None)
-    step = _step(run_id, "cool-off")
+    step = load_step(run_id, "cool-off")
     assert step.status == StepStatus.SCHEDULED
     assert before + timedelta(hours=2) <= step.wake_at <= timezone.now() + timedelta(hours=2)
     waiting_on = pw.get_run_status(run_id)["waiting_on"]
@@ -75,8 +68,8 @@ def test_sleep__limit_comes_from_inline_sleep_max_seconds():
 
     run_id = pw.start_workflow("sleep.over_the_limit", {}, inline=True)
 
-    assert _run(run_id).status == RunStatus.RUNNING
-    assert _step(run_id, "nap").status == StepStatus.SCHEDULED
+    assert load_run(run_id).status == RunStatus.RUNNING
+    assert load_step(run_id, "nap").status == StepStatus.SCHEDULED
 
 
 def test_sleep__pass_before_the_timer_is_due_parks_again():
@@ -92,8 +85,8 @@ def test_sleep__pass_before_the_timer_is_due_parks_again():
     orchestrate(run_id)
 
     assert calls == []
-    assert _step(run_id, "nap").status == StepStatus.SCHEDULED
-    assert _run(run_id).status == RunStatus.RUNNING
+    assert load_step(run_id, "nap").status == StepStatus.SCHEDULED
+    assert load_run(run_id).status == RunStatus.RUNNING
 
 
 def test_sleep__due_timer_lets_the_next_pass_continue():
@@ -110,7 +103,7 @@ def test_sleep__due_timer_lets_the_next_pass_continue():
     )
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, 3)
-    nap = _step(run_id, "nap")
+    nap = load_step(run_id, "nap")
     assert (nap.status, nap.wake_at) == (StepStatus.SUCCEEDED, None)

@@ -10,14 +10,11 @@ import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus
 from project.demo.models import Order
+from tests.rows import load_run
 
 pytestmark = pytest.mark.postgres
 
 transactional = pytest.mark.django_db(transaction=True)
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 @transactional
@@ -28,7 +25,7 @@ def test_start_workflow__inline_returns_the_id_of_a_completed_run():
 
     run_id = pw.start_workflow("start.doubles", {"n": 21}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert isinstance(run_id, str)
     assert (run.status, run.output, run.error) == (RunStatus.COMPLETED, {"twice": 42}, None)
     assert run.inline is True
@@ -44,7 +41,7 @@ def test_start_workflow__failing_body_does_not_raise_and_records_the_error():
 
     run_id = pw.start_workflow("start.explodes", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert set(run.error) == {"code", "message", "type", "traceback"}
     assert run.error["message"] == "boom"
@@ -66,7 +63,7 @@ def test_start_workflow__queued_start_creates_a_running_run_without_running_the_
 
     run_id = pw.start_workflow("start.queued", {"a": 1})
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.inline, run.input) == (RunStatus.RUNNING, False, {"a": 1})
     assert calls == []
 
@@ -91,7 +88,7 @@ def test_run_to_completion__failing_body_raises_run_failed_with_the_error():
 
     assert caught.value.code == "RUN_FAILED"
     assert caught.value.error["message"] == "no stock"
-    assert _run(caught.value.run_id).status == RunStatus.FAILED
+    assert load_run(caught.value.run_id).status == RunStatus.FAILED
 
 
 @transactional
@@ -107,7 +104,7 @@ def test_run_to_completion__suspending_body_raises_run_suspended():
     assert caught.value.code == "RUN_SUSPENDED"
     assert caught.value.error["code"] == "WORKFLOW_SUSPENDED"
     assert caught.value.error["message"] == "waiting for stock"
-    assert _run(caught.value.run_id).status == RunStatus.SUSPENDED
+    assert load_run(caught.value.run_id).status == RunStatus.SUSPENDED
 
 
 @transactional
@@ -121,7 +118,7 @@ def test_run_to_completion__run_parked_on_a_long_sleep_raises_run_timeout():
         pw.run_to_completion("start.sleeps_long", {}, timeout=0.2)
 
     assert caught.value.code == "RUN_TIMEOUT"
-    assert _run(caught.value.run_id).status == RunStatus.RUNNING
+    assert load_run(caught.value.run_id).status == RunStatus.RUNNING
 
 
 @transactional
@@ -170,7 +167,7 @@ def test_start_workflow__idempotency_key_is_scoped_per_workflow():
     b = pw.start_workflow("start.keyed_b", {}, inline=True, idempotency_key="same")
 
     assert a != b
-    assert (_run(a).output, _run(b).output) == ("a", "b")
+    assert (load_run(a).output, load_run(b).output) == ("a", "b")
 
 
 @transactional
@@ -190,7 +187,7 @@ def test_start_workflow__started_by_shows_as_the_username():
 
     run_id = pw.start_workflow("start.owned", {}, inline=True, started_by=alice)
 
-    assert _run(run_id).started_by_id == alice.pk
+    assert load_run(run_id).started_by_id == alice.pk
     assert pw.get_run_status(run_id)["started_by"] == "alice"
     assert seen == ["alice"]
 
@@ -205,7 +202,7 @@ def test_start_workflow__subject_is_stored_as_a_generic_foreign_key():
 
     run_id = pw.start_workflow("start.about_order", {}, inline=True, subject=order)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.subject_type == ContentType.objects.get_for_model(Order)
     assert run.subject_id == str(order.pk)
     assert run.subject == order
@@ -249,7 +246,7 @@ def test_start_workflow__input_is_stored_as_its_json_round_trip():
     run_id = pw.start_workflow("start.round_trip_input", {"pair": (1, 2)}, inline=True)
 
     assert seen == [{"pair": [1, 2]}]
-    assert _run(run_id).input == {"pair": [1, 2]}
+    assert load_run(run_id).input == {"pair": [1, 2]}
 
 
 @transactional
@@ -260,7 +257,7 @@ def test_start_workflow__unstorable_output_fails_the_run():
 
     run_id = pw.start_workflow("start.bad_output", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.FAILED, None)
     assert run.error["code"] == "OUTPUT_NOT_SERIALIZABLE"
     assert {"code", "message", "type"} <= set(run.error)
@@ -274,7 +271,7 @@ def test_start_workflow__workflow_error_in_the_body_keeps_its_code():
 
     run_id = pw.start_workflow("start.raises_workflow_error", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"], run.error["message"]) == (
         RunStatus.FAILED,
         "INVALID_INPUT",

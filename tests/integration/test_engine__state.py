@@ -6,14 +6,10 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import RunStatus
+from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 def test_state__is_what_was_set_so_far_in_this_pass_and_is_stored_on_the_run():
@@ -31,7 +27,7 @@ def test_state__is_what_was_set_so_far_in_this_pass_and_is_stored_on_the_run():
         return wf.state["stage"]
 
     run_id = pw.start_workflow("state.stages", {}, inline=True)
-    assert _run(run_id).state == {"stage": "charged", "items": [1, 2]}
+    assert load_run(run_id).state == {"stage": "charged", "items": [1, 2]}
 
     pw.resume_run(run_id)
     orchestrate(run_id)
@@ -44,7 +40,7 @@ def test_state__is_what_was_set_so_far_in_this_pass_and_is_stored_on_the_run():
         ("middle", {"stage": "charged", "items": [1, 2]}),
         ("end", {"stage": "shipped", "items": [1, 2]}),
     ]
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, "shipped")
     assert run.state == {"stage": "shipped", "items": [1, 2]}
 
@@ -56,7 +52,7 @@ def test_state__is_read_only_in_the_body():
 
     run_id = pw.start_workflow("state.read_only", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert run.error["code"] == "TypeError"
     assert run.state == {}
@@ -70,5 +66,5 @@ def test_state__unstorable_value_fails_the_run_with_invalid_input(value):
 
     run_id = pw.start_workflow("state.unstorable", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"], run.state) == (RunStatus.FAILED, "INVALID_INPUT", {})

@@ -9,20 +9,13 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.rows import load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
 
 
 def _history(run_id: str, key: str) -> list[tuple]:
@@ -47,7 +40,7 @@ def test_step_keys__repeated_key_gets_ordinals():
 
     run_id = pw.start_workflow("steps.repeats", {}, inline=True)
 
-    assert _run(run_id).output == [0, 1, 2]
+    assert load_run(run_id).output == [0, 1, 2]
     assert seen == ["x", "x#1", "x#2"]
     keys = WorkflowStep.objects.filter(run_id=run_id).order_by("created_at")
     assert [(s.step_key, s.result) for s in keys] == [("x", 0), ("x#1", 1), ("x#2", 2)]
@@ -112,8 +105,8 @@ def test_step_context__invocation_id_is_uuid5_and_stable_across_retries():
 
     run_id = pw.start_workflow("steps.retries_context", {}, inline=True)
 
-    assert _run(run_id).output == "ok"
-    step = _step(run_id, "charge")
+    assert load_run(run_id).output == "ok"
+    step = load_step(run_id, "charge")
     expected = str(uuid.uuid5(NAMESPACE, f"{run_id}:charge"))
     assert [ctx.invocation_id for ctx in contexts] == [expected] * 3
     assert [ctx.attempt for ctx in contexts] == [1, 2, 3]
@@ -164,7 +157,7 @@ def test_step_function__receives_its_data_as_json():
     run_id = pw.start_workflow("steps.sends_data", {}, inline=True)
 
     assert received == [{"pair": [1, 2], "n": 3}]
-    assert _step(run_id, "send").data == {"pair": [1, 2], "n": 3}
+    assert load_step(run_id, "send").data == {"pair": [1, 2], "n": 3}
 
 
 def test_step_results__are_json_round_tripped_on_first_run_and_on_replay():
@@ -188,8 +181,8 @@ def test_step_results__are_json_round_tripped_on_first_run_and_on_replay():
 
     expected = ([1, 2, {"nested": [3]}], ["a", "b"])
     assert seen == [expected, expected]
-    assert _run(run_id).output == list(expected)
-    assert _step(run_id, "named").result == [1, 2, {"nested": [3]}]
+    assert load_run(run_id).output == list(expected)
+    assert load_step(run_id, "named").result == [1, 2, {"nested": [3]}]
 
 
 @pytest.mark.parametrize(
@@ -211,7 +204,7 @@ def test_step_results__unstorable_result_fails_the_step_without_writing_it(bad_r
 
     run_id = pw.start_workflow("steps.unstorable", {}, inline=True)
 
-    step = _step(run_id, "compute")
+    step = load_step(run_id, "compute")
     assert step.status == StepStatus.FAILED
     assert step.result is None
     assert step.error["code"] == "STEP_RESULT_NOT_SERIALIZABLE"
@@ -220,7 +213,7 @@ def test_step_results__unstorable_result_fails_the_step_without_writing_it(bad_r
     # Retrying cannot make the value storable: one attempt, no result in the history either.
     assert calls == [1]
     assert _history(run_id, "compute") == [(1, StepStatus.FAILED, None)]
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert (run.error["code"], run.error["step_key"]) == ("STEP_FAILED", "compute")
 
@@ -236,7 +229,7 @@ def test_step_results__unstorable_result_is_catchable_as_step_failed():
 
     run_id = pw.start_workflow("steps.catches_unstorable", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.COMPLETED
     assert run.output == {"caught": "compute", "code": "STEP_RESULT_NOT_SERIALIZABLE"}
 
@@ -251,7 +244,7 @@ def test_step_keys__reserved_characters_fail_the_run_with_invalid_input(key):
 
     run_id = pw.start_workflow("steps.reserved", {"key": key}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert run.error["code"] == "INVALID_INPUT"
     assert calls == []
@@ -265,7 +258,7 @@ def test_step_keys__reserved_characters_in_a_sleep_key_fail_the_run():
 
     run_id = pw.start_workflow("steps.reserved_sleep", {}, inline=True)
 
-    assert _run(run_id).error["code"] == "INVALID_INPUT"
+    assert load_run(run_id).error["code"] == "INVALID_INPUT"
 
 
 def test_replay__different_function_at_a_recorded_key_fails_non_deterministic():
@@ -296,7 +289,7 @@ def test_replay__different_function_at_a_recorded_key_fails_non_deterministic():
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.FAILED
     assert run.error["code"] == "NON_DETERMINISTIC"
     assert "'charge'" in run.error["message"]
@@ -323,9 +316,9 @@ def test_replay__callable_where_a_function_was_recorded_fails_non_deterministic(
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["code"]) == (RunStatus.FAILED, "NON_DETERMINISTIC")
-    assert _step(run_id, "x").result == 1
+    assert load_step(run_id, "x").result == 1
 
 
 def test_replay__renamed_callable_at_a_recorded_key_is_not_non_deterministic():
@@ -348,7 +341,7 @@ def test_replay__renamed_callable_at_a_recorded_key_is_not_non_deterministic():
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, "recorded")
 
 
@@ -359,7 +352,7 @@ def test_step__callable_step_with_data_fails_the_run_with_invalid_input():
 
     run_id = pw.start_workflow("steps.callable_with_data", {}, inline=True)
 
-    assert _run(run_id).error["code"] == "INVALID_INPUT"
+    assert load_run(run_id).error["code"] == "INVALID_INPUT"
 
 
 def test_step__timeout_on_an_in_process_step_fails_the_run_with_invalid_input():
@@ -373,7 +366,7 @@ def test_step__timeout_on_an_in_process_step_fails_the_run_with_invalid_input():
 
     run_id = pw.start_workflow("steps.timeout_inline", {}, inline=True)
 
-    assert _run(run_id).error["code"] == "INVALID_INPUT"
+    assert load_run(run_id).error["code"] == "INVALID_INPUT"
     assert not WorkflowStep.objects.filter(run_id=run_id).exists()
 
 
@@ -388,7 +381,7 @@ def test_step__unstorable_data_fails_the_run_with_invalid_input():
 
     run_id = pw.start_workflow("steps.bad_data", {}, inline=True)
 
-    assert _run(run_id).error["code"] == "INVALID_INPUT"
+    assert load_run(run_id).error["code"] == "INVALID_INPUT"
     assert not WorkflowStep.objects.filter(run_id=run_id).exists()
 
 
@@ -408,7 +401,7 @@ def test_step__queued_function_runs_in_process_in_an_inline_run():
 
     run_id = pw.start_workflow("steps.inline_run_with_queued_step", {}, inline=True)
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, "ran here")
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "ran here")
     assert seen == [1]
     assert OrmQ.objects.count() == 0
 
@@ -433,8 +426,8 @@ def test_step__queued_function_is_dispatched_by_a_worker_pass():
     orchestrate(run_id)
 
     assert seen == []
-    assert _run(run_id).status == RunStatus.RUNNING
-    step = _step(run_id, "x")
+    assert load_run(run_id).status == RunStatus.RUNNING
+    step = load_step(run_id, "x")
     assert (step.status, step.attempt, step.data) == (StepStatus.SCHEDULED, 1, {"n": 1})
     assert OrmQ.objects.count() == queued + 1
     assert pw.get_run_status(run_id)["waiting_on"] == {"kind": "step", "step_key": "x"}
@@ -451,7 +444,7 @@ def test_step_errors__message_with_a_nul_keeps_code_type_and_step_key():
 
     run_id = pw.start_workflow("steps.nul_error_run", {}, inline=True)
 
-    error = _step(run_id, "x").error
+    error = load_step(run_id, "x").error
     assert (error["code"], error["type"], error["step_key"]) == (
         "ValueError",
         "builtins.ValueError",
@@ -459,4 +452,4 @@ def test_step_errors__message_with_a_nul_keeps_code_type_and_step_key():
     )
     assert "bad byte" in error["message"]
     assert "\x00" not in error["message"]
-    assert _run(run_id).error["type"] == "builtins.ValueError"
+    assert load_run(run_id).error["type"] == "builtins.ValueError"

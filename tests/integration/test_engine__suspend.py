@@ -7,18 +7,11 @@ from django_q.models import OrmQ
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowAuditEntry, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.rows import load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
 
 
 def test_suspend__suspends_the_run_and_resume_continues_it():
@@ -33,14 +26,14 @@ def test_suspend__suspends_the_run_and_resume_continues_it():
 
     run_id = pw.start_workflow("suspend.once", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert run.status == RunStatus.SUSPENDED
     assert run.error == {
         "code": "WORKFLOW_SUSPENDED",
         "message": "waiting for stock",
         "step_key": "__suspend:waiting for stock",
     }
-    gate = _step(run_id, "__suspend:waiting for stock")
+    gate = load_step(run_id, "__suspend:waiting for stock")
     assert (gate.status, gate.kind, gate.from_step_key) == (
         StepStatus.SUCCEEDED,
         "suspend",
@@ -51,10 +44,10 @@ def test_suspend__suspends_the_run_and_resume_continues_it():
 
     summary = pw.resume_run(run_id)
     assert summary["status"] == RunStatus.RUNNING
-    assert _run(run_id).error is None
+    assert load_run(run_id).error is None
     orchestrate(run_id)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, {"first": "a", "second": "b"})
     assert after == ["a"]
 
@@ -71,7 +64,7 @@ def test_suspend__orchestrating_a_suspended_run_does_nothing():
     orchestrate(run_id)
 
     assert calls == [1]
-    assert _run(run_id).status == RunStatus.SUSPENDED
+    assert load_run(run_id).status == RunStatus.SUSPENDED
 
 
 def test_suspend__two_suspends_in_a_row_need_two_resumes():
@@ -86,14 +79,14 @@ def test_suspend__two_suspends_in_a_row_need_two_resumes():
         return "through"
 
     run_id = pw.start_workflow("suspend.twice", {}, inline=True)
-    assert (_run(run_id).status, _run(run_id).error["message"]) == (
+    assert (load_run(run_id).status, load_run(run_id).error["message"]) == (
         RunStatus.SUSPENDED,
         "first gate",
     )
 
     pw.resume_run(run_id)
     orchestrate(run_id)
-    assert (_run(run_id).status, _run(run_id).error["message"]) == (
+    assert (load_run(run_id).status, load_run(run_id).error["message"]) == (
         RunStatus.SUSPENDED,
         "second gate",
     )
@@ -101,7 +94,7 @@ def test_suspend__two_suspends_in_a_row_need_two_resumes():
 
     pw.resume_run(run_id)
     orchestrate(run_id)
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, "through")
     assert reached == ["first", "first", "second"]
 
@@ -117,13 +110,13 @@ def test_suspend__same_reason_twice_is_two_gates():
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert _run(run_id).status == RunStatus.SUSPENDED
-    assert _run(run_id).error["step_key"] == "__suspend:check#1"
+    assert load_run(run_id).status == RunStatus.SUSPENDED
+    assert load_run(run_id).error["step_key"] == "__suspend:check#1"
 
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert _run(run_id).status == RunStatus.COMPLETED
+    assert load_run(run_id).status == RunStatus.COMPLETED
     keys = WorkflowStep.objects.filter(run_id=run_id).order_by("created_at")
     assert [s.step_key for s in keys] == ["__suspend:check", "__suspend:check#1"]
 
@@ -171,10 +164,10 @@ def test_suspend__body_catching_exception_cannot_swallow_the_suspend():
 
     run_id = pw.start_workflow("suspend.swallower", {}, inline=True)
 
-    assert _run(run_id).status == RunStatus.SUSPENDED
+    assert load_run(run_id).status == RunStatus.SUSPENDED
     pw.resume_run(run_id)
     orchestrate(run_id)
-    assert _run(run_id).output == "through"
+    assert load_run(run_id).output == "through"
 
 
 def test_suspend__body_catching_exception_cannot_swallow_a_park():
@@ -188,7 +181,7 @@ def test_suspend__body_catching_exception_cannot_swallow_a_park():
 
     run_id = pw.start_workflow("suspend.park_swallower", {}, inline=True)
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.RUNNING, None)
 
 
@@ -200,7 +193,10 @@ def test_suspend__empty_reason_fails_the_run_with_invalid_input(reason):
 
     run_id = pw.start_workflow("suspend.no_reason", {"reason": reason}, inline=True)
 
-    assert (_run(run_id).status, _run(run_id).error["code"]) == (RunStatus.FAILED, "INVALID_INPUT")
+    assert (load_run(run_id).status, load_run(run_id).error["code"]) == (
+        RunStatus.FAILED,
+        "INVALID_INPUT",
+    )
 
 
 @pytest.mark.parametrize("ending", ["completed", "failed"])
@@ -212,11 +208,11 @@ def test_resume_run__ended_run_raises_invalid_transition(ending):
         return "ended"
 
     run_id = pw.start_workflow("suspend.ends", {"ending": ending}, inline=True)
-    assert _run(run_id).status == ending
+    assert load_run(run_id).status == ending
 
     with pytest.raises(pw.InvalidTransition) as caught:
         pw.resume_run(run_id)
 
     assert caught.value.code == "INVALID_TRANSITION"
-    assert _run(run_id).status == ending
+    assert load_run(run_id).status == ending
     assert not WorkflowAuditEntry.objects.filter(run_id=run_id).exists()

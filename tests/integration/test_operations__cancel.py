@@ -13,16 +13,9 @@ from pikku_workflows.engine.timers import fire_due_timers
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue
+from tests.rows import load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
 
 
 def _audit(run_id: str) -> list[WorkflowAuditEntry]:
@@ -55,7 +48,7 @@ def test_cancel_run__running_run_is_cancelled_and_audited(napping, ops):
     assert summary["status"] == RunStatus.CANCELLED
     assert summary["waiting_on"] is None
     assert summary["error"] == {"code": "WORKFLOW_CANCELLED", "message": "customer called"}
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.finished_at is not None) == (RunStatus.CANCELLED, True)
     [entry] = _audit(run_id)
     assert (entry.action, entry.user, entry.reason) == ("cancel", ops, "customer called")
@@ -76,8 +69,8 @@ def test_cancel_run__suspended_run_is_cancelled(ops):
 
     pw.cancel_run(run_id, by=ops)
 
-    assert _run(run_id).status == RunStatus.CANCELLED
-    assert _run(run_id).error["message"] == "Cancelled by an operator."
+    assert load_run(run_id).status == RunStatus.CANCELLED
+    assert load_run(run_id).error["message"] == "Cancelled by an operator."
     assert [e.payload["status_before"] for e in _audit(run_id)] == ["suspended"]
 
 
@@ -103,28 +96,28 @@ def test_cancel_run__ended_run_raises_invalid_transition_and_changes_nothing(end
 def test_cancel_run__second_cancel_is_quiet_and_writes_no_audit_row(napping, ops):
     run_id = pw.start_workflow(napping, {}, inline=True)
     pw.cancel_run(run_id, reason="first click", by=ops)
-    finished_at = _run(run_id).finished_at
+    finished_at = load_run(run_id).finished_at
 
     summary = pw.cancel_run(run_id, reason="second click", by=ops)
 
     assert summary["status"] == RunStatus.CANCELLED
-    assert _run(run_id).finished_at == finished_at
-    assert _run(run_id).error["message"] == "first click"
+    assert load_run(run_id).finished_at == finished_at
+    assert load_run(run_id).error["message"] == "first click"
     assert [e.reason for e in _audit(run_id)] == ["first click"]
 
 
 def test_cancel_run__disarms_the_sleep_timer_so_it_never_fires(napping):
     run_id = pw.start_workflow(napping, {}, inline=True)
-    assert _step(run_id, "nap").wake_at is not None
+    assert load_step(run_id, "nap").wake_at is not None
 
     pw.cancel_run(run_id)
     # Even a timer already due must not fire for a cancelled run.
     WorkflowStep.objects.filter(run_id=run_id, step_key="nap").update(wake_at=None)
 
-    nap = _step(run_id, "nap")
+    nap = load_step(run_id, "nap")
     assert (nap.status, nap.wake_at) == (StepStatus.SCHEDULED, None)
     assert fire_due_timers() == 0
-    assert _run(run_id).status == RunStatus.CANCELLED
+    assert load_run(run_id).status == RunStatus.CANCELLED
 
 
 def test_cancel_run__disarms_a_retry_backoff(ops):
@@ -140,11 +133,11 @@ def test_cancel_run__disarms_a_retry_backoff(ops):
         return wf.do("call", "cancel.flaky", retries=3, retry_delay="1h")
 
     run_id = pw.start_workflow("cancel.retrying", {}, inline=True)
-    assert _step(run_id, "call").wake_at is not None
+    assert load_step(run_id, "call").wake_at is not None
 
     pw.cancel_run(run_id, by=ops)
 
-    call = _step(run_id, "call")
+    call = load_step(run_id, "call")
     assert (call.status, call.wake_at) == (StepStatus.FAILED, None)
     assert _audit(run_id)[0].payload["disarmed_timers"] == ["call"]
     orchestrate(run_id)
@@ -170,14 +163,14 @@ def test_cancel_run__cancels_live_children_recursively(ops):
         return wf.do("child", "cancel.child", {})
 
     parent_id = pw.start_workflow("cancel.parent", {}, inline=True)
-    done_id = str(_step(parent_id, "done").child_run_id)
-    child_id = str(_step(parent_id, "child").child_run_id)
-    grandchild_id = str(_step(child_id, "grandchild").child_run_id)
-    assert _run(grandchild_id).status == RunStatus.RUNNING
+    done_id = str(load_step(parent_id, "done").child_run_id)
+    child_id = str(load_step(parent_id, "child").child_run_id)
+    grandchild_id = str(load_step(child_id, "grandchild").child_run_id)
+    assert load_run(grandchild_id).status == RunStatus.RUNNING
 
     pw.cancel_run(parent_id, reason="order withdrawn", by=ops)
 
-    statuses = {pk: _run(pk).status for pk in (parent_id, done_id, child_id, grandchild_id)}
+    statuses = {pk: load_run(pk).status for pk in (parent_id, done_id, child_id, grandchild_id)}
     assert statuses == {
         parent_id: RunStatus.CANCELLED,
         done_id: RunStatus.COMPLETED,
@@ -192,7 +185,7 @@ def test_cancel_run__cancels_live_children_recursively(ops):
     assert child_entry.payload["cancelled_children"] == [grandchild_id]
     [grandchild_entry] = _audit(grandchild_id)
     assert child_id in grandchild_entry.reason
-    assert _step(grandchild_id, "nap").wake_at is None
+    assert load_step(grandchild_id, "nap").wake_at is None
     assert _audit(done_id) == []
 
 
@@ -206,14 +199,14 @@ def test_cancel_run__cancelling_a_child_alone_fails_its_parents_step():
         return wf.do("child", "cancel.slow_child", {}, retries=0)
 
     parent_id = pw.start_workflow("cancel.waiting_parent", {}, inline=True)
-    child_id = str(_step(parent_id, "child").child_run_id)
+    child_id = str(load_step(parent_id, "child").child_run_id)
 
     pw.cancel_run(child_id, reason="not needed")
     drain_queue()
 
-    step = _step(parent_id, "child")
+    step = load_step(parent_id, "child")
     assert (step.status, step.error["code"]) == (StepStatus.FAILED, "CHILD_RUN_CANCELLED")
-    parent = _run(parent_id)
+    parent = load_run(parent_id)
     assert (parent.status, parent.error["step_key"]) == (RunStatus.FAILED, "child")
 
 
@@ -239,9 +232,9 @@ def test_cancel_run__queued_step_finishes_and_is_recorded_but_the_run_stays_canc
     run_id = pw.start_workflow("cancel.order", {})
     drain_queue()
 
-    pay_step = _step(run_id, "pay")
+    pay_step = load_step(run_id, "pay")
     assert (pay_step.status, pay_step.result) == (StepStatus.SUCCEEDED, {"paid": 5})
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (RunStatus.CANCELLED, None)
     assert not WorkflowStep.objects.filter(run_id=run_id, step_key="ship").exists()
     assert after == []
@@ -264,9 +257,9 @@ def test_cancel_run__in_process_step_finishes_but_the_pass_starts_nothing_more()
 
     run_id = pw.start_workflow("cancel.inline_order", {}, inline=True)
 
-    assert _step(run_id, "pay").result == "paid"
+    assert load_step(run_id, "pay").result == "paid"
     assert calls == ["pay", "after pay"]
-    assert _run(run_id).status == RunStatus.CANCELLED
+    assert load_run(run_id).status == RunStatus.CANCELLED
     assert list(WorkflowStep.objects.filter(run_id=run_id).values_list("step_key", flat=True)) == [
         "pay"
     ]

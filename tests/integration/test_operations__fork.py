@@ -19,14 +19,11 @@ from pikku_workflows.models import (
 )
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks
+from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 def _steps(run_id: str) -> list[tuple]:
@@ -83,7 +80,7 @@ def test_fork_run__from_a_middle_step_reuses_earlier_results_and_reruns_the_rest
     fork_id = pw.fork_run(source_id, from_step="transform", by=ops, reason="redo transform")
 
     assert isinstance(fork_id, str) and fork_id != source_id
-    fork = _run(fork_id)
+    fork = load_run(fork_id)
     assert (fork.workflow, fork.input, str(fork.forked_from_id)) == (
         "fork.etl",
         {"source": "s3://a"},
@@ -96,9 +93,9 @@ def test_fork_run__from_a_middle_step_reuses_earlier_results_and_reruns_the_rest
     drain_queue()
 
     assert pipeline.calls[3:] == ["transform", "publish"]
-    fork = _run(fork_id)
+    fork = load_run(fork_id)
     assert fork.status == RunStatus.COMPLETED
-    assert fork.output == _run(source_id).output
+    assert fork.output == load_run(source_id).output
     assert _steps(fork_id) == [
         ("extract", StepStatus.SUCCEEDED, True),
         ("transform", StepStatus.SUCCEEDED, False),
@@ -142,21 +139,21 @@ def test_fork_run__audit_row_goes_on_the_source_run(pipeline, ops):
         "copied_steps": ["extract"],
     }
     assert not WorkflowAuditEntry.objects.filter(run_id=fork_id).exists()
-    assert _run(source_id).status == RunStatus.COMPLETED
+    assert load_run(source_id).status == RunStatus.COMPLETED
 
 
 def test_fork_run__of_a_failed_run_redoes_the_broken_step_after_the_fix(pipeline):
     pipeline.broken = True
     source_id = pw.start_workflow("fork.etl", {"source": "s3://d"}, inline=True)
-    assert _run(source_id).status == RunStatus.FAILED
+    assert load_run(source_id).status == RunStatus.FAILED
     pipeline.broken = False
 
     fork_id = pw.fork_run(source_id, from_step="publish")
     drain_queue()
 
     assert pipeline.calls == ["extract", "transform", "publish", "publish"]
-    assert _run(fork_id).status == RunStatus.COMPLETED
-    assert _run(source_id).status == RunStatus.FAILED
+    assert load_run(fork_id).status == RunStatus.COMPLETED
+    assert load_run(source_id).status == RunStatus.FAILED
 
 
 def test_fork_run__from_the_first_step_reruns_everything(pipeline):
@@ -203,7 +200,7 @@ def test_fork_run__keeps_the_subject_and_the_starter_without_an_operator(pipelin
         "fork.etl", {"source": "s3://f"}, inline=True, started_by=user, subject=user
     )
 
-    fork = _run(pw.fork_run(source_id, from_step="publish"))
+    fork = load_run(pw.fork_run(source_id, from_step="publish"))
 
     assert fork.started_by == user
     assert (fork.subject_type, fork.subject_id) == (

@@ -7,17 +7,14 @@ import pytest
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun
+from pikku_workflows.models import WorkflowAuditEntry
 from pikku_workflows.status import RunStatus
 from tests.queue import drain_queue, queued_tasks
+from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 @pytest.fixture
@@ -79,7 +76,7 @@ def test_resume_run__cancelled_run_raises_invalid_transition(napping):
     with pytest.raises(pw.InvalidTransition):
         pw.resume_run(run_id)
 
-    assert _run(run_id).status == RunStatus.CANCELLED
+    assert load_run(run_id).status == RunStatus.CANCELLED
     assert list(
         WorkflowAuditEntry.objects.filter(run_id=run_id).values_list("action", flat=True)
     ) == ["cancel"]
@@ -91,7 +88,7 @@ def test_resume_run__run_suspended_for_a_missing_step_function_runs_it_once_depl
         return wf.do("charge", "resume.not_yet_deployed", {"amount": 5})
 
     run_id = pw.start_workflow("resume.needs_deploy", {}, inline=True)
-    assert (_run(run_id).status, _run(run_id).error["code"]) == (
+    assert (load_run(run_id).status, load_run(run_id).error["code"]) == (
         RunStatus.SUSPENDED,
         "RPC_NOT_FOUND",
     )
@@ -103,4 +100,7 @@ def test_resume_run__run_suspended_for_a_missing_step_function_runs_it_once_depl
     pw.resume_run(run_id)
     drain_queue()
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, {"charged": 5})
+    assert (load_run(run_id).status, load_run(run_id).output) == (
+        RunStatus.COMPLETED,
+        {"charged": 5},
+    )

@@ -9,32 +9,14 @@ from django_q.models import OrmQ
 import pikku_workflows as pw
 from pikku_workflows.models import (
     WorkflowAuditEntry,
-    WorkflowRun,
-    WorkflowStep,
-    WorkflowStepHistory,
 )
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks
+from tests.rows import attempt_statuses, load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
-
-
-def _history(run_id: str, key: str) -> list[tuple]:
-    return list(
-        WorkflowStepHistory.objects.filter(step__run_id=run_id, step__step_key=key)
-        .order_by("attempt")
-        .values_list("attempt", "status")
-    )
 
 
 class Shop:
@@ -82,7 +64,7 @@ def ops(django_user_model):
 
 def _failed_order(shop: Shop) -> str:
     run_id = pw.start_workflow("retry.order", {"order": 1}, inline=True)
-    assert _run(run_id).status == RunStatus.FAILED
+    assert load_run(run_id).status == RunStatus.FAILED
     assert shop.calls == [("reserve", 1), ("charge", 1), ("charge", 2), ("charge", 3)]
     return run_id
 
@@ -95,31 +77,31 @@ def test_retry_run__reruns_only_the_failed_step_and_the_attempt_carries_on(shop,
     summary = pw.retry_run(run_id, by=ops, reason="gateway fixed")
 
     assert (summary["status"], summary["error"]) == (RunStatus.RUNNING, None)
-    charge = _step(run_id, "charge")
+    charge = load_step(run_id, "charge")
     assert (charge.status, charge.attempt, charge.attempt_limit, charge.error) == (
         StepStatus.PENDING,
         4,
         6,
         None,
     )
-    assert _run(run_id).finished_at is None
+    assert load_run(run_id).finished_at is None
     assert queued_tasks() == [(ORCHESTRATE, (run_id,))]
 
     drain_queue()
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output) == (
         RunStatus.COMPLETED,
         {"charge": {"charged": 5}, "ship": "shipped"},
     )
     assert shop.calls[4:] == [("charge", 4), ("ship", 1)]
-    assert _history(run_id, "charge") == [
+    assert attempt_statuses(run_id, "charge") == [
         (1, "failed"),
         (2, "failed"),
         (3, "failed"),
         (4, "succeeded"),
     ]
-    assert _history(run_id, "reserve") == [(1, "succeeded")]
+    assert attempt_statuses(run_id, "reserve") == [(1, "succeeded")]
     entry = WorkflowAuditEntry.objects.get(run_id=run_id)
     assert (entry.action, entry.user, entry.reason) == ("retry", ops, "gateway fixed")
     assert entry.payload == {
@@ -136,9 +118,9 @@ def test_retry_run__a_step_failing_again_spends_exactly_the_fresh_budget(shop):
     drain_queue()
 
     assert shop.calls[4:] == [("charge", 4), ("charge", 5), ("charge", 6)]
-    charge = _step(run_id, "charge")
+    charge = load_step(run_id, "charge")
     assert (charge.status, charge.attempt, charge.attempt_limit) == (StepStatus.FAILED, 6, 6)
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.error["step_key"]) == (RunStatus.FAILED, "charge")
     assert run.error["message"].endswith("gateway down (attempt 6)")
 
@@ -146,8 +128,8 @@ def test_retry_run__a_step_failing_again_spends_exactly_the_fresh_budget(shop):
     pw.retry_run(run_id)
     drain_queue()
 
-    assert _step(run_id, "charge").attempt == 7
-    assert _run(run_id).status == RunStatus.COMPLETED
+    assert load_step(run_id, "charge").attempt == 7
+    assert load_run(run_id).status == RunStatus.COMPLETED
 
 
 def test_retry_run__running_run_is_quiet(shop, ops):
@@ -157,7 +139,7 @@ def test_retry_run__running_run_is_quiet(shop, ops):
     summary = pw.retry_run(run_id, by=ops)
 
     assert summary["status"] == RunStatus.RUNNING
-    assert _step(run_id, "charge").attempt_limit == 6
+    assert load_step(run_id, "charge").attempt_limit == 6
     assert WorkflowAuditEntry.objects.filter(run_id=run_id).count() == 1
 
 
@@ -180,7 +162,7 @@ def test_retry_run__a_run_that_did_not_fail_raises_invalid_transition(status):
         pw.retry_run(run_id)
 
     assert caught.value.code == "INVALID_TRANSITION"
-    assert _run(run_id).status == status
+    assert load_run(run_id).status == status
     assert WorkflowAuditEntry.objects.filter(run_id=run_id).count() == audit_rows
 
 
@@ -196,13 +178,13 @@ def test_retry_run__a_body_that_raised_runs_again_with_its_steps_kept():
         return value * 2
 
     run_id = pw.start_workflow("retry.buggy", {}, inline=True)
-    assert _run(run_id).error["type"].endswith("KeyError")
+    assert load_run(run_id).error["type"].endswith("KeyError")
     fixed.append(True)
 
     pw.retry_run(run_id)
     drain_queue()
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, 42)
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, 42)
     assert seen == ["load"]
 
 
@@ -223,14 +205,14 @@ def test_retry_run__queued_step_is_dispatched_to_a_worker_again():
 
     run_id = pw.start_workflow("retry.remote", {})
     drain_queue()
-    assert (_run(run_id).status, attempts) == (RunStatus.FAILED, [1])
+    assert (load_run(run_id).status, attempts) == (RunStatus.FAILED, [1])
     broken[0] = False
 
     pw.retry_run(run_id)
     tasks = drain_queue()
 
     assert ("pikku_workflows.tasks.execute_step", (run_id, "remote")) in tasks
-    assert (_run(run_id).status, _run(run_id).output, attempts) == (
+    assert (load_run(run_id).status, load_run(run_id).output, attempts) == (
         RunStatus.COMPLETED,
         "ok",
         [1, 2],
@@ -251,17 +233,17 @@ def test_retry_run__failed_child_step_starts_a_new_child_run():
         return wf.do("child", "retry.child", {}, retries=0)
 
     run_id = pw.start_workflow("retry.parent", {}, inline=True)
-    first_child = _step(run_id, "child").child_run_id
-    assert _run(run_id).status == RunStatus.FAILED
+    first_child = load_step(run_id, "child").child_run_id
+    assert load_run(run_id).status == RunStatus.FAILED
     broken[0] = False
 
     pw.retry_run(run_id)
     drain_queue()
 
-    step = _step(run_id, "child")
+    step = load_step(run_id, "child")
     assert step.child_run_id not in (None, first_child)
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, "child ok")
-    assert _run(str(first_child)).status == RunStatus.FAILED
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "child ok")
+    assert load_run(str(first_child)).status == RunStatus.FAILED
 
 
 def test_retry_run__compensation_handlers_are_not_rearmed():
@@ -284,14 +266,14 @@ def test_retry_run__compensation_handlers_are_not_rearmed():
         return wf.do("pay", "retry.pay", {}, retries=0, on_error="retry.refund")
 
     run_id = pw.start_workflow("retry.compensated", {}, inline=True)
-    assert _step(run_id, "pay:onError").status == StepStatus.FAILED
+    assert load_step(run_id, "pay:onError").status == StepStatus.FAILED
     broken[0] = False
 
     pw.retry_run(run_id)
     drain_queue()
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, "paid")
-    handler = _step(run_id, "pay:onError")
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "paid")
+    handler = load_step(run_id, "pay:onError")
     assert (handler.status, handler.attempt) == (StepStatus.FAILED, 1)
     assert len(handled) == 1
     payload = WorkflowAuditEntry.objects.get(run_id=run_id).payload

@@ -7,19 +7,12 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowAuditEntry, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue
+from tests.rows import load_run, load_step
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _run(run_id: str) -> WorkflowRun:
-    return WorkflowRun.objects.get(pk=run_id)
-
-
-def _step(run_id: str, key: str) -> WorkflowStep:
-    return WorkflowStep.objects.get(run_id=run_id, step_key=key)
 
 
 def _audit(run_id: str) -> list[tuple]:
@@ -62,7 +55,7 @@ def test_suspend_run__running_run_is_suspended_with_the_reason_and_audited(calls
     assert summary["status"] == RunStatus.SUSPENDED
     assert summary["error"] == {"code": "WORKFLOW_SUSPENDED", "message": "stock count"}
     assert summary["waiting_on"] == {"kind": "suspend", "reason": "stock count"}
-    assert _run(run_id).finished_at is None
+    assert load_run(run_id).finished_at is None
     entry = WorkflowAuditEntry.objects.get(run_id=run_id)
     assert (entry.action, entry.user, entry.reason) == ("suspend", ops, "stock count")
     assert entry.payload == {"status_before": "running", "status_after": "suspended"}
@@ -72,18 +65,18 @@ def test_suspend_run__round_trip_resumes_where_it_stood_without_rerunning_steps(
     run_id = pw.start_workflow("suspend.order", {})
     # One pass: `prepare` runs, `pack` is dispatched to a worker and the run parks on it.
     orchestrate(run_id)
-    assert (calls, _step(run_id, "pack").status) == (["prepare"], StepStatus.SCHEDULED)
+    assert (calls, load_step(run_id, "pack").status) == (["prepare"], StepStatus.SCHEDULED)
 
     pw.suspend_run(run_id, reason="hold", by=ops)
     # The worker receives `pack` while the run is suspended: it must not start it.
     drain_queue()
-    assert (calls, _step(run_id, "pack").status) == (["prepare"], StepStatus.SCHEDULED)
-    assert _run(run_id).status == RunStatus.SUSPENDED
+    assert (calls, load_step(run_id, "pack").status) == (["prepare"], StepStatus.SCHEDULED)
+    assert load_run(run_id).status == RunStatus.SUSPENDED
 
     pw.resume_run(run_id, by=ops)
     drain_queue()
 
-    run = _run(run_id)
+    run = load_run(run_id)
     assert (run.status, run.output, run.error) == (RunStatus.COMPLETED, "shipped packed", None)
     assert calls == ["prepare", "pack", "ship"]
     assert [action for action, _, _ in _audit(run_id)] == ["suspend", "resume"]
@@ -105,8 +98,8 @@ def test_suspend_run__a_step_running_meanwhile_is_recorded_and_nothing_new_start
 
     run_id = pw.start_workflow("suspend.mid_step", {}, inline=True)
 
-    assert _run(run_id).status == RunStatus.SUSPENDED
-    assert (_step(run_id, "count").status, _step(run_id, "count").result) == (
+    assert load_run(run_id).status == RunStatus.SUSPENDED
+    assert (load_step(run_id, "count").status, load_step(run_id, "count").result) == (
         StepStatus.SUCCEEDED,
         7,
     )
@@ -117,7 +110,7 @@ def test_suspend_run__a_step_running_meanwhile_is_recorded_and_nothing_new_start
     pw.resume_run(run_id)
     orchestrate(run_id)
 
-    assert (_run(run_id).status, _run(run_id).output) == (RunStatus.COMPLETED, 7)
+    assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, 7)
     assert seen == ["count", "report"]
 
 
@@ -131,7 +124,7 @@ def test_suspend_run__already_suspended_is_quiet(ops):
     summary = pw.suspend_run(run_id, reason="operator", by=ops)
 
     assert summary["status"] == RunStatus.SUSPENDED
-    assert _run(run_id).error["message"] == "body gate"
+    assert load_run(run_id).error["message"] == "body gate"
     assert _audit(run_id) == []
 
 
@@ -149,7 +142,7 @@ def test_suspend_run__without_a_reason_says_an_operator_did_it(calls):
 
     pw.suspend_run(run_id)
 
-    assert _run(run_id).error == {
+    assert load_run(run_id).error == {
         "code": "WORKFLOW_SUSPENDED",
         "message": "Suspended by an operator.",
     }
@@ -174,7 +167,7 @@ def test_suspend_run__ended_run_raises_invalid_transition(ending):
     with pytest.raises(pw.InvalidTransition):
         pw.suspend_run(run_id, reason="late")
 
-    assert _run(run_id).status == ending
+    assert load_run(run_id).status == ending
     assert len(_audit(run_id)) == audit_rows
 
 
