@@ -40,11 +40,18 @@ class SkipLockedOrmBroker(ORM):
         super().__init__(list_key=list_key)
         self._idle = True
 
+    @staticmethod
+    def get_connection(list_key: str | None = None) -> Any:
+        # The ORM broker closes stale connections here, and django-q2 calls this for every
+        # broker it builds and every message it sends: with health checks on, that is a ping
+        # per enqueue, on the caller's connection. The caller (a request, a worker's task)
+        # already manages that connection; only the pusher's idle polls need it (`dequeue`).
+        return OrmQ.objects.using(Conf.ORM)
+
     def dequeue(self) -> list[tuple[Any, Any]] | None:
-        if self._idle:
-            # Like the ORM broker, drop a stale connection before using it, but only after an
-            # idle poll: with health checks on, each check is a round trip of its own.
-            self.get_connection()
+        if self._idle and transaction.get_autocommit(using=Conf.ORM):
+            # After an idle poll, drop a connection the server may have closed meanwhile.
+            close_old_connections()
         now = timezone.now()
         hidden_until = now + timedelta(seconds=Conf.RETRY)
         claimed = self._retried(lambda: self._claim(now, hidden_until))

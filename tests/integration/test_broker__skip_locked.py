@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django_q.conf import Conf
 from django_q.models import OrmQ
@@ -89,3 +89,20 @@ def test_unacknowledged_message__is_delivered_again_after_retry(broker, monkeypa
     broker.acknowledge(ids[0])
     time.sleep(0.3)
     assert broker.dequeue() is None
+
+
+def test_enqueue__leaves_the_callers_connection_alone(monkeypatch):
+    # django-q2 builds a broker for every message; the ORM broker then closes stale connections,
+    # which with health checks on costs the caller a ping before its next query.
+    caller = connections["default"]
+    caller.ensure_connection()
+    monkeypatch.setattr(caller, "health_check_enabled", True)
+    monkeypatch.setattr(caller, "health_check_done", True)
+    pings = []
+    is_usable = caller.is_usable
+    monkeypatch.setattr(caller, "is_usable", lambda: pings.append(1) or is_usable())
+
+    SkipLockedOrmBroker().enqueue("payload")
+
+    assert pings == []
+    assert OrmQ.objects.filter(payload="payload").exists()
