@@ -62,7 +62,12 @@ def database_from_environment() -> dict[str, Any]:
     if url:
         # Workers need persistent connections (about 10x throughput); no psycopg pool:
         # it broke django-q2 clusters (DESIGN §6).
-        return dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+        config = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+        if config["ENGINE"] == "django.db.backends.postgresql":
+            # Server-side binding lets psycopg prepare the statements a worker repeats for every
+            # step (from their second use): the server stops re-planning them (bench/queued.py).
+            config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 2}
+        return config
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
