@@ -7,10 +7,14 @@ open transaction the enqueue waits for the commit, so a rolled-back run is never
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from .conf import pikku_settings
 from .exceptions import WorkflowDispatchException
@@ -21,16 +25,67 @@ ORCHESTRATE_TASK = "pikku_workflows.tasks.orchestrate"
 EXECUTE_STEP_TASK = "pikku_workflows.tasks.execute_step"
 
 
-def _enqueue(task: str, *args: Any, cluster: str | None) -> None:
+@dataclass(frozen=True)
+class QueueMessage:
+    """A django-q2 message as its ORM broker stores it (`django_q_ormq`: key, payload, lock)."""
+
+    key: str
+    payload: str
+    lock: datetime
+
+
+class _CapturingBroker:
+    """Takes the signed package django-q2 builds instead of storing it, so that the engine can
+    insert it in the same statement as the step it runs."""
+
+    def __init__(self, list_key: str) -> None:
+        self.list_key = list_key
+        self.payload: str | None = None
+
+    def enqueue(self, payload: str) -> str:
+        self.payload = payload
+        return "(in the engine's statement)"
+
+
+def _enqueue(task: str, *args: Any, cluster: str | None, broker: Any = None) -> None:
     from django_q.tasks import async_task
 
     options: dict[str, Any] = {"task_name": f"{task.rsplit('.', 1)[1]}:{args[-1]}"}
     if cluster:
         options["cluster"] = cluster
+    if broker is not None:
+        options["broker"] = broker
     try:
         async_task(task, *args, q_options=options)
     except Exception as exc:
         raise WorkflowDispatchException(f"Could not enqueue {task}{args}: {exc}") from exc
+
+
+def queue_in_engine_database() -> bool:
+    """True when django-q2's queue is the ORM table in the engine's database (the ORM broker or
+    a subclass such as `pikku_workflows.broker`, not in `sync` mode): a message can then be
+    written in the same transaction as the rows it refers to."""
+    from django_q.brokers.orm import ORM
+    from django_q.conf import Conf
+
+    if Conf.SYNC or (Conf.ORM or DEFAULT_DB_ALIAS) != DEFAULT_DB_ALIAS:
+        return False
+    if Conf.BROKER_CLASS:
+        return issubclass(import_string(Conf.BROKER_CLASS), ORM)
+    # django-q2 picks broker_class, then IronMQ, then SQS, then the ORM.
+    return bool(Conf.ORM) and not (Conf.IRON_MQ or Conf.SQS)
+
+
+def step_message(run_id: Any, step_key: str, queue: str | None) -> QueueMessage:
+    """The message `enqueue_step` would send, built by django-q2 but not stored; for callers
+    that checked `queue_in_engine_database()`. Raises WorkflowDispatchException like it."""
+    from django_q.conf import Conf
+
+    captured = _CapturingBroker(queue or Conf.CLUSTER_NAME)
+    _enqueue(EXECUTE_STEP_TASK, str(run_id), step_key, cluster=queue, broker=captured)
+    if captured.payload is None:
+        raise WorkflowDispatchException(f"django-q2 sent no message for step {step_key!r}")
+    return QueueMessage(captured.list_key, captured.payload, timezone.now())
 
 
 def orchestrator_cluster() -> str:

@@ -16,7 +16,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..dispatch import enqueue_orchestration, enqueue_step, serves_orchestrator_cluster
+from ..dispatch import (
+    enqueue_orchestration,
+    enqueue_step,
+    queue_in_engine_database,
+    serves_orchestrator_cluster,
+    step_message,
+)
 from ..exceptions import (
     DispatchFailed,
     InvalidTransition,
@@ -26,16 +32,25 @@ from ..exceptions import (
     StepSuperseded,
     WorkflowDispatchException,
 )
-from ..models import WorkflowStep
+from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus, StepStatus
 from .claims import claim_fresh_step, claim_step
 from .context import StepContext, invocation_id
-from .leases import heartbeat
-from .replay import ReplayPass
-from .transitions import lock_running_run_txn, move_run, move_step, move_step_txn
+from .leases import heartbeat, new_lease_holder
+from .replay import LeasedRun, ReplayPass
+from .transitions import (
+    create_dispatched_step,
+    create_step_in_run,
+    fast_path_available,
+    lock_running_run_txn,
+    move_run,
+    move_step,
+    move_step_taking_run_lease,
+    move_step_txn,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,26 +122,73 @@ def call_with_heartbeat(
         return False, describe_error(error, step_key=step.step_key)
 
 
-def record_outcome(step: WorkflowStep, outcome: tuple[bool, Any], policy: RetryPolicy) -> None:
-    """Write the attempt's result or error; raises StepSuperseded if a newer attempt owns it."""
+def record_outcome(
+    step: WorkflowStep,
+    outcome: tuple[bool, Any],
+    policy: RetryPolicy,
+    *,
+    continue_as: str | None = None,
+) -> WorkflowRun | None:
+    """Write the attempt's result or error; raises StepSuperseded if a newer attempt owns it.
+
+    With `continue_as` (a new lease holder id), an outcome the run must act on (a result, or the
+    last attempt's error) also takes the run lease in the same write if it is free; the run
+    comes back leased to `continue_as`, else None.
+    """
     succeeded, value = outcome
     if succeeded:
-        move_step(
-            step,
-            StepStatus.SUCCEEDED,
-            expected=[StepStatus.RUNNING],
-            result=value,
-            error=None,
-            lease_expires_at=None,
+        return _record(
+            step, StepStatus.SUCCEEDED, continue_as, result=value, error=None, lease_expires_at=None
         )
-        return
     fields: dict[str, Any] = {"error": value, "lease_expires_at": None, "wake_at": None}
     if value.get("code") == StepResultNotSerializable.code:
         # Retrying cannot make a value storable: spend the budget now.
         fields["attempt_limit"] = step.attempt
     elif step.attempt < step.attempt_limit:
         fields["wake_at"] = timezone.now() + timedelta(milliseconds=policy.backoff_ms(step.attempt))
-    move_step(step, StepStatus.FAILED, expected=[StepStatus.RUNNING], **fields)
+    exhausted = step.attempt >= fields.get("attempt_limit", step.attempt_limit)
+    return _record(step, StepStatus.FAILED, continue_as if exhausted else None, **fields)
+
+
+def _record(
+    step: WorkflowStep, target: str, continue_as: str | None, **fields: Any
+) -> WorkflowRun | None:
+    if continue_as is None:
+        move_step(step, target, expected=[StepStatus.RUNNING], **fields)
+        return None
+    return move_step_taking_run_lease(
+        step, target, continue_as, expected=[StepStatus.RUNNING], **fields
+    )
+
+
+def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> WorkflowStep:
+    """Create a queued step and dispatch it, then park the run.
+
+    When django-q2's queue is a table of this PostgreSQL database, the step, its message and the
+    run lease's release are one statement (one commit instead of four); otherwise the step is
+    created pending and `dispatch_step` enqueues it, then marks it scheduled.
+    """
+    if not (fast_path_available() and queue_in_engine_database()):
+        return dispatch_step(rp, _create_in_pass(rp, step_key, StepStatus.PENDING, fields))
+    definition = registry.get_step_function(fields["function_name"])
+    try:
+        message = step_message(rp.run.pk, step_key, definition.queue)
+    except WorkflowDispatchException as exc:
+        _create_in_pass(rp, step_key, StepStatus.PENDING, fields)  # recovery relays it
+        raise DispatchFailed(exc) from exc
+    step, rp.lease_released = create_dispatched_step(
+        rp.run.pk, rp.holder, step_key, message, **fields
+    )
+    rp.steps[step_key] = step
+    raise RunParked(step_key)
+
+
+def _create_in_pass(
+    rp: ReplayPass, step_key: str, status: str, fields: dict[str, Any]
+) -> WorkflowStep:
+    step = create_step_in_run(rp.run.pk, rp.holder, step_key, status=status, **fields)
+    rp.steps[step_key] = step
+    return step
 
 
 def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> WorkflowStep:
@@ -159,14 +221,15 @@ def execute_queued_step(run_id: Any, step_key: str) -> None:
     args = (step.data, step_context(step, started_by))
     outcome = call_with_timeout(step, definition.func, args)
     policy = RetryPolicy.from_stored(step.retries, step.retry_delay)
+    holder = new_lease_holder() if serves_orchestrator_cluster() else None
     try:
-        record_outcome(step, outcome, policy)
+        run = record_outcome(step, outcome, policy, continue_as=holder)
     except (StepSuperseded, InvalidTransition):
         # A newer attempt owns the step (our lease lapsed): its outcome is the one that counts.
         logger.info("pikku_workflows: attempt %s of %s superseded", step.attempt, step_key)
         return
     if step.status == StepStatus.SUCCEEDED or step.attempt >= step.attempt_limit:
-        continue_run(run_id)
+        continue_run(run_id, None if run is None or holder is None else LeasedRun(run, holder))
     # Otherwise the retry waits on wake_at; the timer loop dispatches it when due.
 
 
@@ -189,7 +252,7 @@ def _claim_with_checks(run_id: Any, step_key: str) -> tuple[WorkflowStep | None,
     return step, False, step.run.started_by.get_username() if step.run.started_by else None
 
 
-def continue_run(run_id: Any) -> None:
+def continue_run(run_id: Any, leased: LeasedRun | None = None) -> None:
     """Let the orchestrator see a step outcome it must act on: run its pass right here (one queue
     hop per step instead of two), or enqueue it.
 
@@ -198,13 +261,14 @@ def continue_run(run_id: Any) -> None:
     cluster (a GPU box, a slow lane) must not run orchestrator passes there, so its worker
     enqueues the pass to the orchestrators' cluster instead. The pass is safe anywhere it runs:
     it takes the run lease, or asks the live holder for one more pass (`rerun_requested`).
+    `leased` is the run when recording the outcome already took its lease for this worker.
     """
     if not serves_orchestrator_cluster():
         enqueue_orchestration(run_id)
         return
     from .orchestrator import orchestrate  # the orchestrator imports the steps, which import us
 
-    orchestrate(run_id)
+    orchestrate(run_id, leased=leased)
 
 
 def call_with_timeout(

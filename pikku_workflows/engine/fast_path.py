@@ -49,23 +49,51 @@ def _insert_values(instance: Model, fields: list[Field]) -> list[Any]:
     ]
 
 
-@functools.cache
-def _insert_step_sql() -> str:
+def _step_inserts(source: str) -> str:
+    """CTEs `new_step` (inserted for the one row `source` yields, none otherwise) and `history`
+    (its first history row). Parameters: the step's values, then the history row's."""
     step_fields = _inserted_fields(WorkflowStep)
     history_fields = _inserted_fields(WorkflowStepHistory, HISTORY_SKIPPED)
+    return f"""
+        new_step AS (
+            INSERT INTO {_quoted(WorkflowStep._meta.db_table)}
+                ({", ".join(_column(f) for f in step_fields)})
+            SELECT {", ".join(_cast(f) for f in step_fields)} FROM {source} RETURNING id
+        ), history AS (
+            INSERT INTO {_quoted(WorkflowStepHistory._meta.db_table)}
+                (step_id, {", ".join(_column(f) for f in history_fields)})
+            SELECT new_step.id, {", ".join(_cast(f) for f in history_fields)} FROM new_step
+            RETURNING step_id
+        )"""
+
+
+def _guarded_step_values(
+    run_id: Any,
+    lease_holder: str,
+    step: WorkflowStep,
+    history: WorkflowStepHistory,
+    stamp_first_attempt: Callable[[WorkflowStepHistory, WorkflowStep], None],
+) -> list[Any]:
+    """The guard's parameters (the run running under `lease_holder`), then `_step_inserts`'."""
+    step_values = _insert_values(step, _inserted_fields(WorkflowStep))  # stamps created_at
+    stamp_first_attempt(history, step)
+    return [
+        run_id,
+        RunStatus.RUNNING,
+        lease_holder,
+        *step_values,
+        *_insert_values(history, _inserted_fields(WorkflowStepHistory, HISTORY_SKIPPED)),
+    ]
+
+
+@functools.cache
+def _insert_step_sql() -> str:
     return f"""
         WITH guard AS (
             SELECT 1 FROM {_quoted(WorkflowRun._meta.db_table)}
             WHERE id = %s AND status = %s AND lease_holder = %s FOR SHARE
-        ), new_step AS (
-            INSERT INTO {_quoted(WorkflowStep._meta.db_table)}
-                ({", ".join(_column(f) for f in step_fields)})
-            SELECT {", ".join(_cast(f) for f in step_fields)} FROM guard RETURNING id
-        )
-        INSERT INTO {_quoted(WorkflowStepHistory._meta.db_table)}
-            (step_id, {", ".join(_column(f) for f in history_fields)})
-        SELECT new_step.id, {", ".join(_cast(f) for f in history_fields)} FROM new_step
-        RETURNING step_id
+        ), {_step_inserts("guard")}
+        SELECT step_id FROM history
     """
 
 
@@ -81,28 +109,148 @@ def insert_step_guarded(
     FOR SHARE holds the run row against a concurrent cancel or suspend (whose UPDATE waits)
     without writing it. False when the guard matched nothing (nothing inserted).
     """
-    step_values = _insert_values(step, _inserted_fields(WorkflowStep))  # stamps created_at
-    stamp_first_attempt(history, step)
-    history_values = _insert_values(history, _inserted_fields(WorkflowStepHistory, HISTORY_SKIPPED))
-    params = [run_id, RunStatus.RUNNING, lease_holder, *step_values, *history_values]
+    params = _guarded_step_values(run_id, lease_holder, step, history, stamp_first_attempt)
     with connection.cursor() as cursor:
         cursor.execute(_insert_step_sql(), params)
         return cursor.fetchone() is not None
 
 
 @functools.cache
-def _update_step_sql(step_names: tuple[str, ...], history_names: tuple[str, ...]) -> str:
+def _insert_run_sql(leased: bool) -> str:
+    from ..models import WorkflowVersion
+
+    version_fields = _inserted_fields(WorkflowVersion, ("id",))
+    run_fields = _inserted_fields(WorkflowRun)
+    run_values = [
+        # A lease is judged on the database clock: its expiry is computed there.
+        "CLOCK_TIMESTAMP() + make_interval(secs => %s)"
+        if leased and f.name == "lease_expires_at"
+        else _cast(f)
+        for f in run_fields
+    ]
+    return f"""
+        WITH version AS (
+            INSERT INTO {_quoted(WorkflowVersion._meta.db_table)}
+                ({", ".join(_column(f) for f in version_fields)})
+            VALUES ({", ".join(_cast(f) for f in version_fields)})
+            ON CONFLICT DO NOTHING
+        )
+        INSERT INTO {_quoted(WorkflowRun._meta.db_table)}
+            ({", ".join(_column(f) for f in run_fields)})
+        VALUES ({", ".join(run_values)})
+    """
+
+
+def insert_run_with_version(run: WorkflowRun, version: Model, lease_seconds: float | None) -> None:
+    """Upsert the version row and insert the run in one statement (the run's `lease_expires_at`
+    set to now + `lease_seconds` on the database clock when given)."""
+    from ..models import WorkflowVersion
+
+    run_values = _insert_values(run, _inserted_fields(WorkflowRun))  # stamps created_at
+    if lease_seconds is not None:
+        position = [f.name for f in _inserted_fields(WorkflowRun)].index("lease_expires_at")
+        run_values[position] = lease_seconds
+    params = [*_insert_values(version, _inserted_fields(WorkflowVersion, ("id",))), *run_values]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_run_sql(lease_seconds is not None), params)
+    run._state.adding, run._state.db = False, connection.alias  # as `save()` leaves it
+
+
+@functools.cache
+def _insert_dispatched_step_sql() -> str:
+    from django_q.models import OrmQ
+
+    message_fields = _inserted_fields(OrmQ, ("id",))
+    return f"""
+        WITH lease AS (
+            -- The guard and the lease's release in one write: the run must still be running
+            -- under this pass (the row stays locked until commit, so a cancel waits), and the
+            -- lease is handed back unless another pass was asked for meanwhile.
+            UPDATE {_quoted(WorkflowRun._meta.db_table)} SET
+                lease_holder = CASE WHEN rerun_requested THEN lease_holder END,
+                lease_expires_at = CASE WHEN rerun_requested THEN lease_expires_at END
+            WHERE id = %s AND status = %s AND lease_holder = %s
+            RETURNING NOT rerun_requested AS released
+        ), {_step_inserts("lease")}, message AS (
+            INSERT INTO {_quoted(OrmQ._meta.db_table)}
+                ({", ".join(_column(f) for f in message_fields)})
+            SELECT {", ".join(_cast(f) for f in message_fields)} FROM history RETURNING id
+        )
+        SELECT lease.released, (SELECT count(*) FROM message) FROM lease
+    """
+
+
+def insert_dispatched_step(
+    run_id: Any,
+    lease_holder: str,
+    step: WorkflowStep,
+    history: WorkflowStepHistory,
+    stamp_first_attempt: Callable[[WorkflowStepHistory, WorkflowStep], None],
+    message: Any,
+) -> bool | None:
+    """Insert the step (scheduled) with its history row and its queue message, and release the
+    run lease, in one statement, if the run is running under `lease_holder`.
+
+    None when the guard matched nothing (nothing written); else whether the lease was released
+    (False: a rerun was requested, the caller still holds it).
+    """
+    from django_q.models import OrmQ
+
+    queued = OrmQ(key=message.key, payload=message.payload, lock=message.lock)
+    params = [
+        *_guarded_step_values(run_id, lease_holder, step, history, stamp_first_attempt),
+        *_insert_values(queued, _inserted_fields(OrmQ, ("id",))),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_dispatched_step_sql(), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    released, messages = row
+    assert messages == 1, "the message is inserted with the step"
+    return bool(released)
+
+
+def _update_step_ctes(step_names: tuple[str, ...], history_names: tuple[str, ...]) -> str:
+    """CTEs `moved` (the step, fenced by attempt and status) and `history` (that attempt's row).
+    Parameters: the step's new values, its id, attempt and source statuses, the history row's
+    new values, the attempt again."""
     return f"""
         WITH moved AS (
             UPDATE {_quoted(WorkflowStep._meta.db_table)}
             SET {_assignments(WorkflowStep, step_names)}, updated_at = CLOCK_TIMESTAMP()
-            WHERE id = %s AND attempt = %s AND status = ANY(%s) RETURNING id
+            WHERE id = %s AND attempt = %s AND status = ANY(%s) RETURNING id, run_id
         ), history AS (
             UPDATE {_quoted(WorkflowStepHistory._meta.db_table)}
             SET {_assignments(WorkflowStepHistory, history_names)}
             WHERE step_id = (SELECT id FROM moved) AND attempt = %s RETURNING 1
-        )
+        )"""
+
+
+@functools.cache
+def _update_step_sql(step_names: tuple[str, ...], history_names: tuple[str, ...]) -> str:
+    return f"""{_update_step_ctes(step_names, history_names)}
         SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM history)
+    """
+
+
+@functools.cache
+def _update_step_taking_lease_sql(
+    step_names: tuple[str, ...], history_names: tuple[str, ...]
+) -> str:
+    run_columns = ", ".join(_column(f) for f in _inserted_fields(WorkflowRun))
+    return f"""{_update_step_ctes(step_names, history_names)}, lease AS (
+            -- Free or lapsed, as in `acquire_run_lease`; only once the step has moved.
+            UPDATE {_quoted(WorkflowRun._meta.db_table)}
+            SET lease_holder = %s, rerun_requested = false, updated_at = CLOCK_TIMESTAMP(),
+                lease_expires_at = CLOCK_TIMESTAMP() + make_interval(secs => %s)
+            WHERE id = (SELECT run_id FROM moved) AND status = %s
+                AND (lease_holder IS NULL OR lease_expires_at < CLOCK_TIMESTAMP())
+            RETURNING {run_columns}
+        )
+        SELECT lease.*, (SELECT count(*) FROM moved) AS moved,
+            (SELECT count(*) FROM history) AS history_found
+        FROM (SELECT 1) AS one LEFT JOIN lease ON TRUE
     """
 
 
@@ -124,6 +272,22 @@ def _update_values(model: type[Model], changes: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _update_step_params(
+    step: WorkflowStep,
+    sources: Iterable[str],
+    step_changes: dict[str, Any],
+    history_changes: dict[str, Any],
+) -> list[Any]:
+    return [
+        *_update_values(WorkflowStep, step_changes),
+        step.pk,
+        step.attempt,
+        list(sources),
+        *_update_values(WorkflowStepHistory, history_changes),
+        step.attempt,
+    ]
+
+
 def update_step_fenced(
     step: WorkflowStep,
     sources: Iterable[str],
@@ -135,18 +299,36 @@ def update_step_fenced(
     Returns (step moved, history row found); a missing history row is repaired by the caller.
     """
     sql = _update_step_sql(tuple(step_changes), tuple(history_changes))
-    params = [
-        *_update_values(WorkflowStep, step_changes),
-        step.pk,
-        step.attempt,
-        list(sources),
-        *_update_values(WorkflowStepHistory, history_changes),
-        step.attempt,
-    ]
+    params = _update_step_params(step, sources, step_changes, history_changes)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         moved, history_found = cursor.fetchone()
     return bool(moved), bool(history_found)
+
+
+def update_step_fenced_taking_lease(
+    step: WorkflowStep,
+    sources: Iterable[str],
+    step_changes: dict[str, Any],
+    history_changes: dict[str, Any],
+    lease_holder: str,
+    lease_seconds: float,
+) -> tuple[bool, bool, WorkflowRun | None]:
+    """`update_step_fenced`, and if the step moved, take its run's lease for `lease_holder` when
+    the run is running and the lease free or lapsed, all in one statement.
+
+    Returns (step moved, history row found, the run as leased or None when not taken).
+    """
+    sql = _update_step_taking_lease_sql(tuple(step_changes), tuple(history_changes))
+    params = [
+        *_update_step_params(step, sources, step_changes, history_changes),
+        lease_holder,
+        lease_seconds,
+        RunStatus.RUNNING,
+    ]
+    row = next(iter(WorkflowRun.objects.raw(sql, params)))
+    moved, history_found = row.moved, row.history_found  # type: ignore[attr-defined]
+    return bool(moved), bool(history_found), row if row.pk is not None else None
 
 
 @functools.cache

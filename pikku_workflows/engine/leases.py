@@ -31,13 +31,18 @@ def _lease_until(seconds: float) -> Any:
     return DatabaseNow() + timedelta(seconds=seconds)
 
 
+def run_lease_until() -> Any:
+    """When a run lease taken now expires, on the database clock."""
+    return _lease_until(pikku_settings.RUN_LEASE_SECONDS)
+
+
 def acquire_run_lease(run_id: Any, holder: str) -> bool:
     """Take the lease of a running run if it is free or lapsed."""
     runs = WorkflowRun.objects.running().filter(pk=run_id).lease_free()
     return bool(
         runs.update(
             lease_holder=holder,
-            lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS),
+            lease_expires_at=run_lease_until(),
             rerun_requested=False,
             updated_at=DatabaseNow(),
         )
@@ -67,7 +72,7 @@ def release_run_lease(run_id: Any, holder: str) -> bool:
     # Held by us with a rerun pending (or lost to another holder: then there is nothing to do).
     return not WorkflowRun.objects.filter(pk=run_id, lease_holder=holder).update(
         rerun_requested=False,
-        lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS),
+        lease_expires_at=run_lease_until(),
     )
 
 

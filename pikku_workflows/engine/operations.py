@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
@@ -28,8 +29,10 @@ from ..models import WorkflowRun
 from ..registry import registry
 from ..serialization import NotStorableJson, round_trip
 from ..status import RunStatus
+from .leases import new_lease_holder
 from .operator import cancel_run, fork_run, resume_run, retry_run, suspend_run
 from .orchestrator import orchestrate
+from .replay import LeasedRun
 from .runs import create_run_row
 from .summary import get_run_status, run_pk
 
@@ -72,15 +75,17 @@ def start_workflow(
         input = round_trip(input)
     except NotStorableJson as exc:
         raise InvalidInput(f"The input of {name!r} is not storable JSON: {exc}") from exc
-    run, created = _create_or_reuse(name, input, inline, idempotency_key, started_by, subject)
+    holder = new_lease_holder() if inline else None
+    run, created = _create_or_reuse(name, input, holder, idempotency_key, started_by, subject)
     if created:
-        _begin(run.pk, inline)
+        _begin(run, holder)
     return str(run.pk)
 
 
 def _create_or_reuse(
-    name: str, input: Any, inline: bool, key: str | None, started_by: Any, subject: Any
+    name: str, input: Any, holder: str | None, key: str | None, started_by: Any, subject: Any
 ) -> tuple[WorkflowRun, bool]:
+    """The new run (an inline one born leased to `holder`), or the one `key` already names."""
     if key is not None:
         existing = WorkflowRun.objects.filter(workflow=name, idempotency_key=key).first()
         if existing is not None:
@@ -91,12 +96,15 @@ def _create_or_reuse(
             "subject_type": ContentType.objects.get_for_model(subject),
             "subject_id": str(subject.pk),
         }
+    # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError).
+    guarded = transaction.atomic if transaction.get_connection().in_atomic_block else nullcontext
     try:
-        with transaction.atomic():
+        with guarded():
             run = create_run_row(
                 name,
                 input,
-                inline=inline,
+                inline=holder is not None,
+                lease_holder=holder,
                 idempotency_key=key,
                 started_by=started_by,
                 **subject_fields,
@@ -116,17 +124,18 @@ def _same_input(run: WorkflowRun, input: Any, key: str) -> WorkflowRun:
     return run
 
 
-def _begin(run_id: Any, inline: bool) -> None:
+def _begin(run: WorkflowRun, holder: str | None) -> None:
     from ..dispatch import enqueue_orchestration
 
     try:
-        if inline:
-            orchestrate(run_id, inline_caller=True)
+        if holder is not None:
+            # Born leased, and new: the first pass has no steps to read.
+            orchestrate(run.pk, inline_caller=True, leased=LeasedRun(run, holder, steps={}))
         else:
-            enqueue_orchestration(run_id)
+            enqueue_orchestration(run.pk)
     except WorkflowDispatchException:
         # The run is recorded; the recovery sweep relays it once the queue is back.
-        logger.warning("pikku_workflows: run %s not dispatched; recovery will relay it", run_id)
+        logger.warning("pikku_workflows: run %s not dispatched; recovery will relay it", run.pk)
 
 
 def run_to_completion(name: str, input: Any = None, *, timeout: float | None = None) -> Any:

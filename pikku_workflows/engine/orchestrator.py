@@ -18,7 +18,7 @@ from ..exceptions import (
     RunSuspendedSignal,
     StepFailed,
 )
-from ..models import WorkflowRun
+from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus
@@ -33,7 +33,7 @@ from .leases import (
     release_run_lease,
     request_rerun,
 )
-from .replay import ReplayPass
+from .replay import LeasedRun, ReplayPass
 from .transitions import move_run
 
 logger = logging.getLogger(__name__)
@@ -41,22 +41,30 @@ logger = logging.getLogger(__name__)
 LEASE_ATTEMPTS = 3
 
 
-def orchestrate(run_id: Any, *, inline_caller: bool = False) -> None:
-    """Drive the run as far as it can go now. Safe to call any number of times, concurrently."""
-    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
-    if run is None or run.status != RunStatus.RUNNING:
-        return  # settled, suspended or unknown: the message is acknowledged and does nothing
-    holder = _take_lease(run_id)
-    if holder is None:
-        return
+def orchestrate(
+    run_id: Any, *, inline_caller: bool = False, leased: LeasedRun | None = None
+) -> None:
+    """Drive the run as far as it can go now. Safe to call any number of times, concurrently.
+
+    `leased`: the run as its caller just leased it (an inline start, a step worker continuing
+    in place); otherwise the pass reads the run and takes the lease itself.
+    """
+    if leased is None:
+        claimed = _read_and_lease(run_id)
+        if claimed is None:
+            return
+        leased = claimed
+    run, holder, known_steps = leased.run, leased.holder, leased.steps
     heartbeat.hold_run(run.pk, holder)
     ended = False
     try:
         with driving(run.pk):
             while True:
-                ended = _replay(run, holder, inline_caller) or ended
-                if release_run_lease(run.pk, holder):
+                ended_now, released = _replay(run, holder, inline_caller, known_steps)
+                ended = ended_now or ended
+                if released or release_run_lease(run.pk, holder):
                     break
+                known_steps = None  # a rerun: another pass may have written steps meanwhile
                 run.refresh_from_db(fields=["status", "state"])
     except BaseException:
         # The queue redelivers or recovery relays; don't make the next pass wait out the lease.
@@ -64,8 +72,18 @@ def orchestrate(run_id: Any, *, inline_caller: bool = False) -> None:
         raise
     finally:
         heartbeat.drop_run(run.pk)
-    if ended:
+    if ended and run.parent_step_id is not None:
         children.notify_parent(run.pk)
+
+
+def _read_and_lease(run_id: Any) -> LeasedRun | None:
+    """The run and our lease on it; None for a settled, suspended or unknown run (the message is
+    acknowledged and does nothing) or when another pass holds the lease and will rerun for us."""
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
+    if run is None or run.status != RunStatus.RUNNING:
+        return None
+    holder = _take_lease(run_id)
+    return None if holder is None else LeasedRun(run, holder)
 
 
 def _take_lease(run_id: Any) -> str | None:
@@ -80,17 +98,26 @@ def _take_lease(run_id: Any) -> str | None:
     return None
 
 
-def _replay(run: WorkflowRun, holder: str, inline_caller: bool) -> bool:
-    """One pass of the body; True when the run ended (completed, failed) in it."""
+def _replay(
+    run: WorkflowRun, holder: str, inline_caller: bool, steps: dict[str, WorkflowStep] | None
+) -> tuple[bool, bool]:
+    """One pass: (the run ended in it, the lease is already released: by the write that ended
+    the run or by the dispatch that parked it)."""
     if run.status != RunStatus.RUNNING:
-        return False
+        return False, False
     definition = registry.workflows.get(run.workflow)
     if definition is None:
         _suspend_unknown_workflow(run, holder)
-        return False
-    rp = ReplayPass.begin(run, holder, inline_caller)
+        return False, False
+    rp = ReplayPass.begin(run, holder, inline_caller, steps)
+    ended = _run_body(run, holder, rp, definition.func)
+    return ended, ended or rp.lease_released
+
+
+def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
+    """Replay the body from the top; True when the run ended (completed, failed) in it."""
     try:
-        output = definition.func(Workflow(rp), rp.input)
+        output = body(Workflow(rp), rp.input)
     except (RunParked, RunSuspendedSignal, RunInterrupted):
         return False
     except DispatchFailed as signal:

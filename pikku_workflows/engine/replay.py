@@ -11,6 +11,17 @@ from ..models import WorkflowRun, WorkflowStep
 from ..serialization import NotStorableJson, round_trip
 
 
+@dataclass(frozen=True)
+class LeasedRun:
+    """A run whose lease its caller has just taken (while creating it, or while recording a step
+    outcome), so the pass need not read and lease it again. `steps`: every step of the run when
+    the caller knows them (none for a run it has just created)."""
+
+    run: WorkflowRun
+    holder: str
+    steps: dict[str, WorkflowStep] | None = None
+
+
 @dataclass
 class ReplayPass:
     """Per-pass state; `inline_caller` is true when the starting call drives the run in-process."""
@@ -23,11 +34,20 @@ class ReplayPass:
     state: dict[str, Any] = field(default_factory=dict)
     ordinals: Counter[str] = field(default_factory=Counter)
     last_key: str | None = None
+    # Set when a dispatch released the run lease in its own statement (the pass then ends).
+    lease_released: bool = False
 
     @classmethod
-    def begin(cls, run: WorkflowRun, holder: str, inline_caller: bool) -> ReplayPass:
-        # One query for every step of the run: replay must not read step by step.
-        steps = {step.step_key: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
+    def begin(
+        cls,
+        run: WorkflowRun,
+        holder: str,
+        inline_caller: bool,
+        steps: dict[str, WorkflowStep] | None = None,
+    ) -> ReplayPass:
+        if steps is None:
+            # One query for every step of the run: replay must not read step by step.
+            steps = {step.step_key: step for step in WorkflowStep.objects.filter(run_id=run.pk)}
         return cls(run, holder, inline_caller, steps, input=round_trip(run.input))
 
     def allocate_key(self, logical: str) -> tuple[str, str | None]:

@@ -206,7 +206,7 @@ def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
     if call.kind == KIND_CHILD:
         return children.start_child(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
     if _runs_on_worker(rp, call.kind, call.function_name):
-        return execution.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
+        return execution.dispatch_new_step(rp, call.key, _step_row_fields(call))
     step = _create_step(rp, call, StepStatus.RUNNING, lease_expires_at=execution.step_lease_until())
     return _run_attempt(rp, call, step)
 

@@ -14,6 +14,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ..conf import pikku_settings
+from ..dispatch import QueueMessage
 from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..querysets import DatabaseNow
@@ -50,7 +52,9 @@ def move_run(
 ) -> None:
     """Move a run to `target` if its status is one of `expected` (default: every legal source).
 
-    With `lease_holder`, the move also requires that holder to own the run lease.
+    With `lease_holder`, the move also requires that holder to own the run lease; a move to a
+    terminal status then releases the lease in the same write (a settled run is never
+    orchestrated again, so a pending rerun request is moot).
     """
     sources = _checked_sources("run", target, run_sources(target), expected)
     runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
@@ -58,6 +62,8 @@ def move_run(
         runs = runs.filter(lease_holder=lease_holder)
     if target in TERMINAL_RUN_STATUSES:
         fields.setdefault("finished_at", DatabaseNow())
+        if lease_holder is not None:
+            fields.update(lease_holder=None, lease_expires_at=None, rerun_requested=False)
     elif target == RunStatus.RUNNING:
         fields.setdefault("finished_at", None)
     if runs.update(status=target, updated_at=DatabaseNow(), **fields):
@@ -90,7 +96,7 @@ def create_step_in_run(
 
     On PostgreSQL it is one statement (guard, step, history); elsewhere one short transaction.
     """
-    if _fast_path_available():
+    if fast_path_available():
         step, history = _new_step_rows(run_id, step_key, status, fields)
         if not fast_path.insert_step_guarded(
             run_id, lease_holder, step, history, stamp_first_attempt
@@ -100,6 +106,25 @@ def create_step_in_run(
     with transaction.atomic():
         lock_running_run_txn(run_id, lease_holder)
         return create_step_txn(run_id, step_key, status=status, **fields)
+
+
+def create_dispatched_step(
+    run_id: Any, lease_holder: str, step_key: str, message: QueueMessage, **fields: Any
+) -> tuple[WorkflowStep, bool]:
+    """Insert a step straight into `scheduled` with its queue message, and release the run lease:
+    one statement, so the message never names a step that was not written, and a worker that
+    finishes the step at once finds the lease free. PostgreSQL only (`fast_path_available`).
+
+    Returns the step and whether the lease was released (False: a rerun was requested, the
+    caller still holds it and must release it as usual).
+    """
+    step, history = _new_step_rows(run_id, step_key, StepStatus.SCHEDULED, fields)
+    released = fast_path.insert_dispatched_step(
+        run_id, lease_holder, step, history, stamp_first_attempt, message
+    )
+    if released is None:
+        raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+    return step, released
 
 
 def create_step_txn(
@@ -143,7 +168,7 @@ def stamp_first_attempt(history: WorkflowStepHistory, step: WorkflowStep) -> Non
         setattr(history, HISTORY_TIMESTAMP[history.status], step.created_at)
 
 
-def _fast_path_available() -> bool:
+def fast_path_available() -> bool:
     return transaction.get_connection().vendor == "postgresql"
 
 
@@ -160,9 +185,9 @@ def move_step(
     `new_attempt` advances the attempt in the same guarded write, fencing out the previous
     attempt's worker. `step` is updated in memory on success.
     """
-    if _fast_path_available() and not new_attempt and fast_path.plain(fields):
+    if fast_path_available() and not new_attempt and fast_path.plain(fields):
         # One statement is its own transaction: no BEGIN/COMMIT round trips around it.
-        moved = _move_step_fast(step, target, expected, fields)
+        moved, _ = _move_step_fast(step, target, expected, fields)
     else:
         with transaction.atomic():
             moved = move_step_txn(
@@ -170,6 +195,27 @@ def move_step(
             )
     if not moved:
         _raise_refused(step, target)
+
+
+def move_step_taking_run_lease(
+    step: WorkflowStep,
+    target: str,
+    lease_holder: str,
+    *,
+    expected: Iterable[str] | None = None,
+    **fields: Any,
+) -> WorkflowRun | None:
+    """`move_step`, and in the same statement take the run's lease for `lease_holder` when the
+    run is running and its lease free: the worker that records a step continues the pass at no
+    extra round trip. Returns the run as leased; None when the lease was not taken (held, or
+    no fast path here): the caller then orchestrates as usual."""
+    if not (fast_path_available() and fast_path.plain(fields)):
+        move_step(step, target, expected=expected, **fields)
+        return None
+    moved, run = _move_step_fast(step, target, expected, fields, lease_holder)
+    if not moved:
+        _raise_refused(step, target)
+    return run
 
 
 def move_step_txn(
@@ -214,17 +260,33 @@ def move_step_txn(
 
 
 def _move_step_fast(
-    step: WorkflowStep, target: str, expected: Iterable[str] | None, fields: dict[str, Any]
-) -> bool:
+    step: WorkflowStep,
+    target: str,
+    expected: Iterable[str] | None,
+    fields: dict[str, Any],
+    lease_holder: str | None = None,
+) -> tuple[bool, WorkflowRun | None]:
     sources = _checked_sources("step", target, step_sources(target) - {target}, expected)
     history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
     history_values["status"] = target
     history_values[HISTORY_TIMESTAMP[target]] = timezone.now()
-    moved, history_found = fast_path.update_step_fenced(
-        step, sources, {"status": target, **fields}, history_values
-    )
+    step_values = {"status": target, **fields}
+    leased = None
+    if lease_holder is None:
+        moved, history_found = fast_path.update_step_fenced(
+            step, sources, step_values, history_values
+        )
+    else:
+        moved, history_found, leased = fast_path.update_step_fenced_taking_lease(
+            step,
+            sources,
+            step_values,
+            history_values,
+            lease_holder,
+            pikku_settings.RUN_LEASE_SECONDS,
+        )
     if not moved:
-        return False
+        return False, None
     if not history_found:
         with transaction.atomic():
             _record_history(
@@ -233,7 +295,7 @@ def _move_step_fast(
     step.status = target
     for key, value in fields.items():
         setattr(step, key, value)
-    return True
+    return True, leased
 
 
 def _record_history(step: WorkflowStep, target: str, values: dict[str, Any]) -> None:

@@ -1,5 +1,8 @@
 """The per-step cost of a queued step, pinned: claim, run, record and the in-place orchestrator
-pass that dispatches the next step, in a fixed number of round trips (issue 5, bench/queued.py)."""
+pass that dispatches the next step, in a fixed number of round trips (issue 5, bench/queued.py).
+
+The run lease is taken by the write that records the result and released by the write that
+dispatches the next step, so the pass neither reads the run nor leases it separately."""
 
 from __future__ import annotations
 
@@ -18,17 +21,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
 
-# One queued step, as a worker runs it (every statement is one round trip, each its own commit):
+# One queued step, as a worker runs it (every statement is one round trip and its own commit;
+# django-q2's dequeue, its acknowledgement and its per-task connection check come on top):
 STEP_BUDGET = [
     "WITH guard",  # claim: run still running (FOR SHARE), step -> running, history, started_by
-    "WITH moved",  # record the result, fenced by attempt, with its history row
-    "SELECT",  # the in-place pass: the run (settled runs return here, before any lock)
-    "UPDATE",  # take the run lease
-    "SELECT",  # every step of the run, one query
-    "WITH guard",  # create the next step with its history row, guarded by the lease
-    "INSERT",  # its queue message (django-q2 ORM broker)
-    "WITH moved",  # mark it scheduled
-    "UPDATE",  # release the run lease
+    "WITH moved",  # record the result with its history row (fenced by attempt), take the lease
+    "SELECT",  # the in-place pass: every step of the run, one query
+    "WITH lease",  # the next step (scheduled) + history + its queue message, lease released
 ]
 
 
@@ -59,6 +58,8 @@ def test_queued_step__claim_record_and_in_place_pass_fit_the_budget(chain):
     for statement, expected in zip(statements, STEP_BUDGET, strict=True):
         assert statement.startswith(expected), "\n".join(statements)
     assert "FOR SHARE" in statements[0]
+    assert 'UPDATE "pikku_workflows_workflowrun"' in statements[1]
+    assert 'INSERT INTO "django_q_ormq"' in statements[3]
     step = WorkflowStep.objects.get(run_id=run_id, step_key="s2")
     assert step.status == StepStatus.SCHEDULED
     # One queue hop per step: after the start message, only step messages (s0, s1, s2).

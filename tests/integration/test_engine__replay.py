@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowVersion
 from pikku_workflows.status import RunStatus, StepStatus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -140,9 +140,10 @@ def test_replay__each_new_inline_step_costs_two_statements():
     assert per_step("WITH guard") == 1
     assert per_step("WITH moved") == 1
     assert per_step("BEGIN") == per_step("COMMIT") == 0
-    # No per-step re-read of the run or of the steps.
+    # No per-step re-read of the run or of the steps; a run started inline is born leased and
+    # has no steps yet, so its first pass reads none at all.
     assert per_step("SELECT") == 0
-    assert len(_reads_of(STEP_TABLE, long)) == 1
+    assert _reads_of(STEP_TABLE, long) == []
     created = [sql for sql in long if sql.lstrip().startswith("WITH guard")]
     assert all(f'INSERT INTO "{STEP_TABLE}"' in sql for sql in created)
     assert all(f'INSERT INTO "{HISTORY_TABLE}"' in sql for sql in created)
@@ -180,3 +181,37 @@ def test_replay__resumed_run_returns_recorded_results_and_runs_only_new_steps():
     # The replay saw the recorded results, not fresh calls.
     assert seen == [[1, 2, 3], [1, 2, 3]]
     assert run.output == {"before": [1, 2, 3], "after": [4, 5]}
+
+
+def test_replay__an_inline_start_reads_nothing_it_has_just_written():
+    @pw.step_function("replay.once")
+    def once(data, ctx):
+        return data
+
+    @pw.workflow("replay.one_step")
+    def one_step(wf, input):
+        return wf.do("only", "replay.once", input)
+
+    statements = _statements_to_run("replay.one_step", 1)
+
+    # The run is inserted already leased to the starting call (with its version row, in one
+    # statement), and the write that completes it also releases the lease: no read of the run,
+    # no lease round trips, no parent to notify.
+    prefixes = [
+        "WITH version",  # upsert the version row, insert the run
+        "WITH guard",  # the step, straight into running
+        "WITH moved",  # its result
+        'UPDATE "pikku_workflows_workflowrun" SET "status" = \'completed\'',
+    ]
+    assert len(statements) == len(prefixes), "\n".join(statements)
+    for statement, prefix in zip(statements, prefixes, strict=True):
+        assert statement.lstrip().startswith(prefix), statement
+    assert 'INSERT INTO "pikku_workflows_workflowrun"' in statements[0]
+    assert WorkflowVersion.objects.filter(name="replay.one_step").count() == 1
+    run = WorkflowRun.objects.get()
+    assert (run.status, run.output, run.lease_holder, run.lease_expires_at) == (
+        RunStatus.COMPLETED,
+        {"steps": 1},
+        None,
+        None,
+    )
