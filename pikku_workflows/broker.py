@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from time import sleep
+from time import monotonic, sleep
 from typing import Any, TypeVar
 
+import psycopg
 from django.db import (
     InterfaceError,
     OperationalError,
@@ -26,6 +27,10 @@ from django_q.models import OrmQ
 
 T = TypeVar("T")
 
+# Every message sent through this broker on PostgreSQL notifies this channel with its queue's
+# name; an idle pusher waits on it instead of sleeping out its whole `poll`.
+WAKE_CHANNEL = "pikku_workflows_queue"
+
 
 class SkipLockedOrmBroker(ORM):
     """Dequeue takes up to `bulk` visible messages in id order in one short transaction.
@@ -39,6 +44,7 @@ class SkipLockedOrmBroker(ORM):
     def __init__(self, list_key: str | None = None) -> None:
         super().__init__(list_key=list_key)
         self._idle = True
+        self._listening_on: Any = None  # the psycopg connection that LISTENs on WAKE_CHANNEL
 
     @staticmethod
     def get_connection(list_key: str | None = None) -> Any:
@@ -47,6 +53,23 @@ class SkipLockedOrmBroker(ORM):
         # per enqueue, on the caller's connection. The caller (a request, a worker's task)
         # already manages that connection; only the pusher's idle polls need it (`dequeue`).
         return OrmQ.objects.using(Conf.ORM)
+
+    def enqueue(self, task: str) -> Any:
+        connection = connections[Conf.ORM]
+        if connection.vendor != "postgresql":
+            return super().enqueue(task)
+        table = connection.ops.quote_name(OrmQ._meta.db_table)
+        key = self.list_key or Conf.CLUSTER_NAME
+        sql = f"""
+            WITH message AS (
+                INSERT INTO {table} (key, payload, lock) VALUES (%s, %s, %s) RETURNING id
+            )
+            -- Delivered when the message commits: an idle pusher of that queue wakes up.
+            SELECT message.id FROM message, pg_notify(%s, %s)
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [key, task, timezone.now(), WAKE_CHANNEL, key])
+            return cursor.fetchone()[0]
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         if self._idle and transaction.get_autocommit(using=Conf.ORM):
@@ -58,8 +81,38 @@ class SkipLockedOrmBroker(ORM):
         self._idle = not claimed
         if claimed:
             return claimed
-        sleep(Conf.POLL)  # empty queue, spare the cpu
+        self._wait_for_messages(Conf.POLL)  # empty queue, spare the cpu
         return None
+
+    def _wait_for_messages(self, timeout: float) -> None:
+        """Return when a message is sent to this queue or after `timeout` seconds.
+
+        On PostgreSQL the pusher LISTENs on its own connection; notifications that arrive while
+        it is busy are kept by psycopg and end the next wait at once, so none is missed once
+        the LISTEN is in place (before that, the wait is the plain `poll`).
+        """
+        connection = connections[Conf.ORM]
+        if connection.vendor != "postgresql" or not connection.get_autocommit():
+            sleep(timeout)
+            return
+        deadline = monotonic() + timeout
+        try:
+            listening = self._listening(connection)
+            while (left := deadline - monotonic()) > 0:
+                for note in listening.notifies(timeout=left, stop_after=1):
+                    if note.payload == self.list_key:
+                        return
+        except psycopg.Error:
+            connection.close()  # the next dequeue reconnects (and LISTENs again)
+            sleep(max(deadline - monotonic(), 0))
+
+    def _listening(self, connection: Any) -> Any:
+        connection.ensure_connection()
+        if self._listening_on is not connection.connection:
+            with connection.cursor() as cursor:
+                cursor.execute(f'LISTEN "{WAKE_CHANNEL}"')
+            self._listening_on = connection.connection
+        return connection.connection
 
     def delete(self, task_id: Any) -> None:
         # One DELETE, without the ORM's deletion collector (nothing cascades from a message).

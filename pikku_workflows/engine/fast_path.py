@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
+from ..broker import WAKE_CHANNEL
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import RunStatus
 
@@ -175,8 +176,11 @@ def _insert_dispatched_step_sql() -> str:
             INSERT INTO {_quoted(OrmQ._meta.db_table)}
                 ({", ".join(_column(f) for f in message_fields)})
             SELECT {", ".join(_cast(f) for f in message_fields)} FROM history RETURNING id
+        ), notified AS (
+            -- As the broker's own enqueue: wakes an idle pusher of the queue at commit.
+            SELECT pg_notify(%s, %s) FROM message
         )
-        SELECT lease.released, (SELECT count(*) FROM message) FROM lease
+        SELECT lease.released, (SELECT count(*) FROM notified) FROM lease
     """
 
 
@@ -200,14 +204,16 @@ def insert_dispatched_step(
     params = [
         *_guarded_step_values(run_id, lease_holder, step, history, stamp_first_attempt),
         *_insert_values(queued, _inserted_fields(OrmQ, ("id",))),
+        WAKE_CHANNEL,
+        message.key,
     ]
     with connection.cursor() as cursor:
         cursor.execute(_insert_dispatched_step_sql(), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    released, messages = row
-    assert messages == 1, "the message is inserted with the step"
+    released, notified = row
+    assert notified == 1, "the message is inserted (and announced) with the step"
     return bool(released)
 
 

@@ -57,8 +57,10 @@ def test_worker__relays_runs_whose_messages_were_all_lost(start_worker):
 
 def test_worker__relays_messages_deleted_while_runs_are_in_flight(start_worker):
     start_worker()
+    # Steps long enough (4 runs x 3 x 0.6 s on 2 worker processes) for the runs to be still in
+    # flight when the deleting stops: an idle worker takes a new message within milliseconds.
     run_ids = [
-        pw.start_workflow("e2e.count", {"start": n * 10, "steps": 3, "seconds": 0.2})
+        pw.start_workflow("e2e.count", {"start": n * 10, "steps": 3, "seconds": 0.6})
         for n in range(4)
     ]
 

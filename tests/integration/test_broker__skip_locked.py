@@ -3,6 +3,7 @@ after django-q2's `retry` window, like the ORM broker it replaces."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -11,9 +12,11 @@ from django.test.utils import CaptureQueriesContext
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from pikku_workflows.broker import SkipLockedOrmBroker
+from pikku_workflows.broker import WAKE_CHANNEL, SkipLockedOrmBroker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+JOIN_SECONDS = 30
 
 
 @pytest.fixture
@@ -106,3 +109,39 @@ def test_enqueue__leaves_the_callers_connection_alone(monkeypatch):
 
     assert pings == []
     assert OrmQ.objects.filter(payload="payload").exists()
+
+
+def listening_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+            [f'LISTEN "{WAKE_CHANNEL}"'],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
+    # A poll no test would wait out: only the message's notification can end it in time.
+    monkeypatch.setattr(Conf, "POLL", 600)
+    pusher = SkipLockedOrmBroker(list_key="wake-q")
+    dequeued: list = []
+
+    def pull_twice() -> None:
+        try:
+            dequeued.append(pusher.dequeue())  # empty: LISTENs, then waits
+            dequeued.append(pusher.dequeue())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=pull_twice, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + JOIN_SECONDS
+    while not listening_backends():
+        assert time.monotonic() < deadline, "the idle pusher never LISTENed"
+        time.sleep(0.01)
+
+    sent = SkipLockedOrmBroker(list_key="wake-q").enqueue("wake up")
+    thread.join(JOIN_SECONDS)
+
+    assert not thread.is_alive(), "the pusher slept through the message"
+    assert dequeued == [None, [(sent, "wake up")]]
