@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from django.db import (
+    DatabaseError,
     InterfaceError,
     OperationalError,
     close_old_connections,
@@ -102,7 +103,7 @@ class SkipLockedOrmBroker(ORM):
                 for note in listening.notifies(timeout=left, stop_after=1):
                     if note.payload == self.list_key:
                         return
-        except psycopg.Error:
+        except (psycopg.Error, DatabaseError):  # raw psycopg while waiting, Django's around it
             connection.close()  # the next dequeue reconnects (and LISTENs again)
             sleep(max(deadline - monotonic(), 0))
 

@@ -111,24 +111,22 @@ def test_enqueue__leaves_the_callers_connection_alone(monkeypatch):
     assert OrmQ.objects.filter(payload="payload").exists()
 
 
-def listening_backends() -> int:
+def listening_backends() -> list[int]:
+    """Backends (other than ours) whose last statement was the broker's LISTEN: idle pushers."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+            "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
             [f'LISTEN "{WAKE_CHANNEL}"'],
         )
-        return cursor.fetchone()[0]
+        return [pid for (pid,) in cursor.fetchall()]
 
 
-def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
-    # A poll no test would wait out: only the message's notification can end it in time.
-    monkeypatch.setattr(Conf, "POLL", 600)
-    pusher = SkipLockedOrmBroker(list_key="wake-q")
-    dequeued: list = []
+def idle_pusher(pusher: SkipLockedOrmBroker, dequeued: list) -> threading.Thread:
+    """A thread that dequeues twice (the first time from an empty queue), once it LISTENs."""
 
     def pull_twice() -> None:
         try:
-            dequeued.append(pusher.dequeue())  # empty: LISTENs, then waits
+            dequeued.append(pusher.dequeue())
             dequeued.append(pusher.dequeue())
         finally:
             connections.close_all()
@@ -139,9 +137,31 @@ def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
     while not listening_backends():
         assert time.monotonic() < deadline, "the idle pusher never LISTENed"
         time.sleep(0.01)
+    return thread
+
+
+def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
+    # A poll no test would wait out: only the message's notification can end it in time.
+    monkeypatch.setattr(Conf, "POLL", 600)
+    dequeued: list = []
+    thread = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
 
     sent = SkipLockedOrmBroker(list_key="wake-q").enqueue("wake up")
     thread.join(JOIN_SECONDS)
 
     assert not thread.is_alive(), "the pusher slept through the message"
     assert dequeued == [None, [(sent, "wake up")]]
+
+
+def test_idle_dequeue__a_connection_lost_while_waiting_is_replaced(monkeypatch):
+    monkeypatch.setattr(Conf, "POLL", 1)
+    dequeued: list = []
+    thread = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", listening_backends())
+    sent = SkipLockedOrmBroker(list_key="wake-q").enqueue("still here")
+    thread.join(JOIN_SECONDS)
+
+    assert not thread.is_alive()
+    assert dequeued == [None, [(sent, "still here")]]
