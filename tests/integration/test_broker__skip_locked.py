@@ -111,18 +111,22 @@ def test_enqueue__leaves_the_callers_connection_alone(monkeypatch):
     assert OrmQ.objects.filter(payload="payload").exists()
 
 
-def listening_backends() -> list[int]:
-    """Backends (other than ours) whose last statement was the broker's LISTEN: idle pushers."""
+def listening_backends() -> set[int]:
+    """Backends of this database (other than ours) whose last statement was the broker's
+    LISTEN: idle pushers."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+            "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid() "
+            "AND datname = current_database()",
             [f'LISTEN "{WAKE_CHANNEL}"'],
         )
-        return [pid for (pid,) in cursor.fetchall()]
+        return {pid for (pid,) in cursor.fetchall()}
 
 
-def idle_pusher(pusher: SkipLockedOrmBroker, dequeued: list) -> threading.Thread:
-    """A thread that dequeues twice (the first time from an empty queue), once it LISTENs."""
+def idle_pusher(pusher: SkipLockedOrmBroker, dequeued: list) -> tuple[threading.Thread, int]:
+    """A thread that dequeues twice (the first time from an empty queue), and its backend's pid
+    once it LISTENs."""
+    already = listening_backends()
 
     def pull_twice() -> None:
         try:
@@ -134,17 +138,18 @@ def idle_pusher(pusher: SkipLockedOrmBroker, dequeued: list) -> threading.Thread
     thread = threading.Thread(target=pull_twice, daemon=True)
     thread.start()
     deadline = time.monotonic() + JOIN_SECONDS
-    while not listening_backends():
+    while not (new := listening_backends() - already):
         assert time.monotonic() < deadline, "the idle pusher never LISTENed"
         time.sleep(0.01)
-    return thread
+    (pid,) = new
+    return thread, pid
 
 
 def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
     # A poll no test would wait out: only the message's notification can end it in time.
     monkeypatch.setattr(Conf, "POLL", 600)
     dequeued: list = []
-    thread = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
+    thread, _ = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
 
     sent = SkipLockedOrmBroker(list_key="wake-q").enqueue("wake up")
     thread.join(JOIN_SECONDS)
@@ -156,10 +161,10 @@ def test_idle_dequeue__a_sent_message_ends_the_wait(monkeypatch):
 def test_idle_dequeue__a_connection_lost_while_waiting_is_replaced(monkeypatch):
     monkeypatch.setattr(Conf, "POLL", 1)
     dequeued: list = []
-    thread = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
+    thread, pid = idle_pusher(SkipLockedOrmBroker(list_key="wake-q"), dequeued)
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", listening_backends())
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     sent = SkipLockedOrmBroker(list_key="wake-q").enqueue("still here")
     thread.join(JOIN_SECONDS)
 
