@@ -14,9 +14,10 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Field, Model
+from django_q.models import OrmQ
 
 from ..broker import WAKE_CHANNEL
-from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowVersion
 from ..status import RunStatus
 
 HISTORY_SKIPPED = ("id", "step")
@@ -118,8 +119,6 @@ def insert_step_guarded(
 
 @functools.cache
 def _insert_run_sql(leased: bool) -> str:
-    from ..models import WorkflowVersion
-
     version_fields = _inserted_fields(WorkflowVersion, ("id",))
     run_fields = _inserted_fields(WorkflowRun)
     run_values = [
@@ -142,11 +141,11 @@ def _insert_run_sql(leased: bool) -> str:
     """
 
 
-def insert_run_with_version(run: WorkflowRun, version: Model, lease_seconds: float | None) -> None:
+def insert_run_with_version(
+    run: WorkflowRun, version: WorkflowVersion, lease_seconds: float | None
+) -> None:
     """Upsert the version row and insert the run in one statement (the run's `lease_expires_at`
     set to now + `lease_seconds` on the database clock when given)."""
-    from ..models import WorkflowVersion
-
     run_values = _insert_values(run, _inserted_fields(WorkflowRun))  # stamps created_at
     if lease_seconds is not None:
         position = [f.name for f in _inserted_fields(WorkflowRun)].index("lease_expires_at")
@@ -159,8 +158,6 @@ def insert_run_with_version(run: WorkflowRun, version: Model, lease_seconds: flo
 
 @functools.cache
 def _insert_dispatched_step_sql() -> str:
-    from django_q.models import OrmQ
-
     message_fields = _inserted_fields(OrmQ, ("id",))
     return f"""
         WITH lease AS (
@@ -198,8 +195,6 @@ def insert_dispatched_step(
     None when the guard matched nothing (nothing written); else whether the lease was released
     (False: a rerun was requested, the caller still holds it).
     """
-    from django_q.models import OrmQ
-
     queued = OrmQ(key=message.key, payload=message.payload, lock=message.lock)
     params = [
         *_guarded_step_values(run_id, lease_holder, step, history, stamp_first_attempt),
