@@ -1,4 +1,5 @@
-"""The engine's only door to django-q2: enqueue orchestrator passes and queued step attempts.
+"""The engine's only door to django-q2: enqueue orchestrator passes and queued step attempts,
+or build a step's message for the engine to write in the statement that writes the step.
 
 Messages carry ids only; the tables are the truth and every task re-checks its claim. Inside an
 open transaction the enqueue waits for the commit, so a rolled-back run is never dispatched.
