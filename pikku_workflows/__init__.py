@@ -33,21 +33,22 @@ from .exceptions import (
 from .registry import step_function, workflow
 
 if TYPE_CHECKING:
-    from .engine.context import StepContext, Workflow
+    from .engine.attempts import StepContext
+    from .engine.workflow import Workflow
 
 _LAZY = {
-    "Workflow": "pikku_workflows.engine.context",
-    "StepContext": "pikku_workflows.engine.context",
-    "start_workflow": "pikku_workflows.engine.operations",
-    "run_to_completion": "pikku_workflows.engine.operations",
-    "cancel_run": "pikku_workflows.engine.operator",
-    "suspend_run": "pikku_workflows.engine.operator",
-    "resume_run": "pikku_workflows.engine.operator",
-    "retry_run": "pikku_workflows.engine.operator",
-    "fork_run": "pikku_workflows.engine.operator",
-    "get_run_timeline": "pikku_workflows.engine.timeline",
-    "reconstruct_run_state": "pikku_workflows.engine.timeline",
-    "get_run_status": "pikku_workflows.engine.summary",
+    "Workflow": "pikku_workflows.engine.workflow",
+    "StepContext": "pikku_workflows.engine.attempts",
+    "start_workflow": "pikku_workflows.engine.runs",
+    "run_to_completion": "pikku_workflows.engine.runs",
+    "cancel_run": "pikku_workflows.engine.control",
+    "suspend_run": "pikku_workflows.engine.control",
+    "resume_run": "pikku_workflows.engine.control",
+    "retry_run": "pikku_workflows.engine.control",
+    "fork_run": "pikku_workflows.engine.control",
+    "get_run_timeline": "pikku_workflows.engine.reads",
+    "reconstruct_run_state": "pikku_workflows.engine.reads",
+    "get_run_status": "pikku_workflows.engine.reads",
     "recover": "pikku_workflows.engine.recovery",
 }
 

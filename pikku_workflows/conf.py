@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "RECOVERY_INTERVAL_SECONDS": 5,
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
+    "MAX_PAYLOAD_BYTES": 10_000_000,
 }
 
 

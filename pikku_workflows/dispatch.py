@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.utils.module_loading import import_string
 
 from .conf import pikku_settings
 from .exceptions import WorkflowDispatchException
+from .sql import Statements, quoted_table
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,31 @@ class QueueMessage:
     key: str
     payload: str
     lock: datetime
+
+    def params(self) -> dict[str, Any]:
+        """The named parameters of the `queue_message` fragment."""
+        from .broker import WAKE_CHANNEL
+
+        return {
+            "queue_key": self.key,
+            "queue_payload": self.payload,
+            "queue_lock": self.lock,
+            "wake_channel": WAKE_CHANNEL,
+        }
+
+
+def _queue_names() -> dict[str, str]:
+    from django_q.models import OrmQ
+
+    return {"queue": quoted_table(OrmQ)}
+
+
+STATEMENTS = Statements(Path(__file__).with_name("dispatch.sql"), names=_queue_names)
+
+
+def queue_fragments() -> dict[str, str]:
+    """The fragments of the queue table the engine composes into its one-statement dispatch."""
+    return {"queue_message": STATEMENTS["queue_message"]}
 
 
 class _CapturingBroker:
@@ -107,7 +134,8 @@ def serves_orchestrator_cluster() -> bool:
 
 
 def enqueue_orchestration(run_id: Any) -> None:
-    """Ask a worker for an orchestrator pass of the run (after the current commit)."""
+    """Ask a worker for an orchestrator pass of the run (after the current commit); raises
+    WorkflowDispatchException when the queue refuses it outside a transaction."""
     run_id = str(run_id)
     # Named explicitly: from a worker of another cluster (`queue=`), "the default" would be its own.
     cluster = orchestrator_cluster()
@@ -116,6 +144,18 @@ def enqueue_orchestration(run_id: Any) -> None:
         transaction.on_commit(lambda: _enqueue_logged(ORCHESTRATE_TASK, run_id, cluster=cluster))
     else:
         _enqueue(ORCHESTRATE_TASK, run_id, cluster=cluster)
+
+
+def prompt_orchestration(run_id: Any) -> None:
+    """`enqueue_orchestration` for callers whose own work is already recorded (a child that
+    ended, a cancel that committed): a refused message is logged, not raised; recovery finds the
+    run from the tables and relays it."""
+    try:
+        enqueue_orchestration(run_id)
+    except WorkflowDispatchException:
+        logger.warning(
+            "pikku_workflows: pass of run %s not enqueued; recovery will relay it", run_id
+        )
 
 
 def enqueue_step(run_id: Any, step_key: str, queue: str | None) -> None:

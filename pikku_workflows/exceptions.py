@@ -187,8 +187,93 @@ class StepSuperseded(WorkflowError):
         super().__init__(f"Attempt {attempt} of step {step_key!r} was superseded by a newer one.")
 
 
+class StepTimedOut(WorkflowError):
+    """A step attempt ran past its timeout and was stopped."""
+
+    code = "TIMEOUT"
+
+    def __init__(self, step_key: str, timeout_ms: int) -> None:
+        self.step_key = step_key
+        super().__init__(f"Step {step_key!r} exceeded its timeout of {timeout_ms} ms.")
+
+
+class StepLeaseExpired(WorkflowError):
+    """A step's process stopped renewing its lease on the step's last attempt."""
+
+    code = "STEP_LEASE_EXPIRED"
+
+    def __init__(self, step_key: str, attempt: int, attempt_limit: int) -> None:
+        self.step_key = step_key
+        super().__init__(
+            f"Step {step_key!r} lost its worker on its last attempt ({attempt} of {attempt_limit})."
+        )
+
+
+class ChildRunFailed(WorkflowError):
+    """A child run failed, which fails the parent step's attempt."""
+
+    code = "CHILD_RUN_FAILED"
+    _verb = "failed"
+
+    def __init__(self, child_run_id: object, message: str) -> None:
+        self.child_run_id = child_run_id
+        super().__init__(f"Child run {child_run_id} {self._verb}: {message}")
+
+
+class ChildRunCancelled(ChildRunFailed):
+    """A child run was cancelled, which fails the parent step's attempt."""
+
+    code = "CHILD_RUN_CANCELLED"
+    _verb = "cancelled"
+
+
+class WorkflowSuspended(WorkflowError):
+    """The run was suspended (by its body or an operator) until someone resumes it."""
+
+    code = "WORKFLOW_SUSPENDED"
+
+
+class WorkflowCancelled(WorkflowError):
+    """The run was cancelled by an operator."""
+
+    code = "WORKFLOW_CANCELLED"
+
+
+class WorkflowNotDeployed(WorkflowError):
+    """The run's workflow is not registered in the process that picked the run up."""
+
+    code = "WORKFLOW_NOT_FOUND"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"Workflow {name!r} is not registered in this process; deploy it and resume."
+        )
+
+
+class StepFunctionNotDeployed(WorkflowError):
+    """The step's function is not registered in the process that reached the step."""
+
+    code = "RPC_NOT_FOUND"
+
+    def __init__(self, name: str | None, step_key: str) -> None:
+        self.step_key = step_key
+        super().__init__(
+            f"Step function {name!r} is not registered here (step {step_key!r}); "
+            "deploy it and resume the run."
+        )
+
+
+class OutputNotSerializable(WorkflowError):
+    """The workflow returned a value that cannot be stored as JSON."""
+
+    code = "OUTPUT_NOT_SERIALIZABLE"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"The workflow's output is not storable JSON: {reason}")
+
+
 class WorkflowSignal(BaseException):
-    """Stops the workflow body; the orchestrator decides what the run does next."""
+    """Stops user code (a workflow body, a step attempt); the engine decides what happens next."""
 
 
 class RunParked(WorkflowSignal):
@@ -198,19 +283,26 @@ class RunParked(WorkflowSignal):
 class RunSuspendedSignal(WorkflowSignal):
     """The body suspended the run (`wf.suspend`, a missing step function)."""
 
-    def __init__(self, reason: str, code: str = "WORKFLOW_SUSPENDED") -> None:
+    def __init__(self, reason: str, code: str = WorkflowSuspended.code) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
 
 
-class DispatchFailed(WorkflowSignal):
-    """A queue refused a message mid-body; the pass ends and the queue delivers it again."""
+class PassAbandoned(WorkflowSignal):
+    """One of the engine's own statements failed mid-body (the queue refused a message, a lock
+    or statement timeout, a deadlock): the pass ends without judging the run, and the queue or
+    recovery runs it again. `error` is what failed."""
 
-    def __init__(self, error: WorkflowDispatchException) -> None:
+    def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
 
 
 class RunInterrupted(WorkflowSignal):
     """The run stopped being this pass's to drive (cancelled, suspended, or its lease lost)."""
+
+
+class AttemptTimedOut(WorkflowSignal):
+    """Raised into a step function when its attempt's timeout passes (a BaseException, so the
+    step's own `except Exception:` cannot keep the attempt alive)."""

@@ -12,19 +12,22 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .querysets import WorkflowRunQuerySet, WorkflowStepQuerySet
-from .status import RunStatus, StepStatus
+from .status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 
 
-def _status_check(name: str, choices: type[models.TextChoices]) -> models.CheckConstraint:
+def _choice_check(
+    name: str, choices: type[models.TextChoices], field: str = "status"
+) -> models.CheckConstraint:
     # Django 5.1 renamed CheckConstraint(check=) to condition=; 5.2 and 6.x both take condition.
-    return models.CheckConstraint(condition=Q(status__in=choices.values), name=name)
+    return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
 
 
 class WorkflowRun(models.Model):
     """One execution of a workflow."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workflow = models.CharField(max_length=200)
+    workflow = models.CharField(max_length=NAME_MAX_LENGTH)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
     input = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
@@ -34,14 +37,14 @@ class WorkflowRun(models.Model):
     graph_hash = models.CharField(max_length=64, blank=True, default="")
     code_version = models.CharField(max_length=64, blank=True, default="")
     inline = models.BooleanField(default=False)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     subject_type = models.ForeignKey(
         ContentType, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    subject_id = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     subject = GenericForeignKey("subject_type", "subject_id")
     parent_run = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
@@ -66,7 +69,7 @@ class WorkflowRun(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            _status_check("pikku_run_status_valid", RunStatus),
+            _choice_check("pikku_run_status_valid", RunStatus),
             models.UniqueConstraint(
                 fields=["workflow", "idempotency_key"], name="pikku_run_idempotency_key_unique"
             ),
@@ -95,7 +98,7 @@ class WorkflowRun(models.Model):
 
     @property
     def is_settled(self) -> bool:
-        return self.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+        return self.status in TERMINAL_RUN_STATUSES
 
 
 class WorkflowStep(models.Model):
@@ -106,9 +109,9 @@ class WorkflowStep(models.Model):
     run = models.ForeignKey(
         WorkflowRun, on_delete=models.CASCADE, related_name="steps", db_index=False
     )
-    step_key = models.CharField(max_length=255)
-    kind = models.CharField(max_length=16, default="function")
-    function_name = models.CharField(max_length=200, null=True, blank=True)
+    step_key = models.CharField(max_length=KEY_MAX_LENGTH)
+    kind = models.CharField(max_length=16, choices=StepKind.choices, default=StepKind.FUNCTION)
+    function_name = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
     data = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=StepStatus.choices, default=StepStatus.PENDING)
     result = models.JSONField(null=True, blank=True)
@@ -118,11 +121,11 @@ class WorkflowStep(models.Model):
     retries = models.PositiveIntegerField(default=5)
     retry_delay = models.CharField(max_length=32, blank=True, default="")
     timeout_ms = models.PositiveIntegerField(null=True, blank=True)
-    from_step_key = models.CharField(max_length=255, null=True, blank=True)
+    from_step_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     child_run = models.ForeignKey(
         WorkflowRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    branch_taken = models.CharField(max_length=200, null=True, blank=True)
+    branch_taken = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
     copied = models.BooleanField(default=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     wake_at = models.DateTimeField(null=True, blank=True)
@@ -134,7 +137,8 @@ class WorkflowStep(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            _status_check("pikku_step_status_valid", StepStatus),
+            _choice_check("pikku_step_status_valid", StepStatus),
+            _choice_check("pikku_step_kind_valid", StepKind, field="kind"),
             models.UniqueConstraint(fields=["run", "step_key"], name="pikku_step_run_key_unique"),
         ]
         indexes = [
@@ -185,7 +189,7 @@ class WorkflowStepHistory(models.Model):
         ordering = ["created_at", "attempt"]
         verbose_name_plural = "workflow step history"
         constraints = [
-            _status_check("pikku_history_status_valid", StepStatus),
+            _choice_check("pikku_history_status_valid", StepStatus),
             models.UniqueConstraint(fields=["step", "attempt"], name="pikku_history_step_attempt"),
         ]
 
@@ -210,7 +214,7 @@ class WorkflowVersion(models.Model):
         DRAFT = "draft", "Draft"
         DECLINED = "declined", "Declined"
 
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
     graph_hash = models.CharField(max_length=64)
     code_version = models.CharField(max_length=64, blank=True, default="")
     definition = models.JSONField(null=True, blank=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
 from django.db.models.functions import Now
 
-from .status import RunStatus, StepStatus
+from .status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from django.db.models.sql.compiler import SQLCompiler
@@ -25,6 +25,16 @@ class DatabaseNow(Now):
         return self.as_sql(compiler, connection, template="CLOCK_TIMESTAMP()", **extra)
 
 
+def database_ago(seconds: float) -> Any:
+    """`seconds` before now on the database clock (an expression the query evaluates)."""
+    return DatabaseNow() - timedelta(seconds=seconds)
+
+
+def database_in(seconds: float) -> Any:
+    """`seconds` from now on the database clock (an expression the write evaluates)."""
+    return DatabaseNow() + timedelta(seconds=seconds)
+
+
 class WorkflowRunQuerySet(models.QuerySet):
     def running(self) -> WorkflowRunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
@@ -39,7 +49,7 @@ class WorkflowRunQuerySet(models.QuerySet):
         """Running runs whose orchestrator pass stopped renewing the run lease (it died)."""
         return self.running().filter(lease_holder__isnull=False, lease_expires_at__lt=DatabaseNow())
 
-    def stalled(self, before: datetime) -> WorkflowRunQuerySet:
+    def stalled(self, before: datetime | Any) -> WorkflowRunQuerySet:
         """Running runs nobody drives: no pass holds the lease, nothing is in flight, and
         neither the run nor any of its steps changed since `before`."""
         from .models import WorkflowStep  # models imports this module
@@ -58,16 +68,42 @@ class WorkflowRunQuerySet(models.QuerySet):
 
 class WorkflowStepQuerySet(models.QuerySet):
     def lease_lapsed(self) -> WorkflowStepQuerySet:
-        """Running steps whose worker stopped renewing its lease (NULL = parked, never lapsed)."""
+        """Running steps whose worker stopped renewing its lease."""
         return self.filter(status=StepStatus.RUNNING, lease_expires_at__lt=DatabaseNow())
 
+    def with_clock(self) -> WorkflowStepQuerySet:
+        """Annotated with what the database clock says of each step as it is read: whether its
+        lease lapsed (`lease_lapsed`) and how long until its timer is due (`wake_in`)."""
+        return self.annotate(
+            lease_lapsed=models.ExpressionWrapper(
+                models.Q(lease_expires_at__lt=DatabaseNow()), output_field=models.BooleanField()
+            ),
+            wake_in=models.ExpressionWrapper(
+                models.F("wake_at") - DatabaseNow(), output_field=models.DurationField()
+            ),
+        )
+
     def in_flight(self) -> WorkflowStepQuerySet:
-        """Steps that will move without help: queued, parked, leased, or with a timer ahead."""
+        """Steps that will move without help: queued, parked on a live child, leased, or with a
+        timer ahead. A running step whose lease lapsed, and a step parked on a child that ended,
+        are not: nobody will move them unless recovery does."""
         return self.filter(
-            models.Q(status__in=[StepStatus.SCHEDULED, StepStatus.WAITING])
-            | models.Q(status=StepStatus.RUNNING, lease_expires_at__isnull=True)
+            models.Q(status=StepStatus.SCHEDULED)
+            | (
+                models.Q(status=StepStatus.WAITING)
+                & ~models.Q(child_run__status__in=TERMINAL_RUN_STATUSES)
+            )
             | models.Q(status=StepStatus.RUNNING, lease_expires_at__gte=DatabaseNow())
             | models.Q(wake_at__gt=DatabaseNow())
+        )
+
+    def awaiting_ended_child(self, before: Any) -> WorkflowStepQuerySet:
+        """Steps still parked on a child run that ended before `before`: the parent was never
+        told (its process died between the child's end and the news)."""
+        return self.filter(
+            status=StepStatus.WAITING,
+            child_run__status__in=TERMINAL_RUN_STATUSES,
+            child_run__finished_at__lt=before,
         )
 
     def retrying(self) -> WorkflowStepQuerySet:
@@ -76,7 +112,7 @@ class WorkflowStepQuerySet(models.QuerySet):
 
     def sleeping(self) -> WorkflowStepQuerySet:
         """Durable timers (`wf.sleep`) that have not fired yet."""
-        return self.filter(status=StepStatus.SCHEDULED, kind="sleep", wake_at__isnull=False)
+        return self.filter(status=StepStatus.SCHEDULED, kind=StepKind.SLEEP, wake_at__isnull=False)
 
     def awaiting_child(self) -> WorkflowStepQuerySet:
         """Steps parked on a child run."""
@@ -89,7 +125,7 @@ class WorkflowStepQuerySet(models.QuerySet):
             wake_at__lte=DatabaseNow(),
         )
 
-    def undispatched(self, before: datetime) -> WorkflowStepQuerySet:
+    def undispatched(self, before: datetime | Any) -> WorkflowStepQuerySet:
         """Steps that should have been picked up by now (a lost queue message)."""
         return self.filter(
             status__in=[StepStatus.PENDING, StepStatus.SCHEDULED],

@@ -13,18 +13,27 @@ from typing import Any
 
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
+from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
 RESERVED_KEY_CHARACTERS = re.compile(r"[#:\[\]]")
 WORKFLOW_KIND_DSL = "dsl"
+# A step's timeout (per attempt) is at most a day: a step that needs longer is a child run.
+MAX_STEP_TIMEOUT_MS = 86_400_000
 
 
 def validate_step_key(key: object) -> str:
-    """A user step key is a non-empty string without `#`, `:`, `[` or `]` (reserved by the engine)."""
-    if not isinstance(key, str) or not key.strip():
-        raise InvalidInput(f"A step key must be a non-empty string, not {key!r}.")
+    """A user step key is a non-empty string without `#`, `:`, `[` or `]` (reserved by the
+    engine), no longer than its column."""
+    checked_text(key, "A step key", max_length=KEY_MAX_LENGTH)
+    assert isinstance(key, str)
     if RESERVED_KEY_CHARACTERS.search(key):
         raise InvalidInput(f"Step key {key!r} uses a reserved character (# : [ ]).")
     return key
+
+
+def parse_timeout(value: int | str | Any) -> int:
+    """A step's per-attempt timeout in milliseconds (at most MAX_STEP_TIMEOUT_MS)."""
+    return parse_duration(value, what="timeout", limit_ms=MAX_STEP_TIMEOUT_MS)
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,7 @@ class Registry:
 
     @staticmethod
     def _check_name(name: object, func: Callable[..., Any], table: dict, what: str) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidInput(f"A {what} name must be a non-empty string, not {name!r}.")
+        checked_text(name, f"A {what} name", max_length=NAME_MAX_LENGTH)
         existing = table.get(name)
         if existing is not None and not _same_origin(existing.func, func):
             raise InvalidInput(
@@ -104,6 +112,7 @@ class Registry:
             )
 
     def get_workflow(self, name: str) -> WorkflowDefinition:
+        checked_text(name, "A workflow name", max_length=NAME_MAX_LENGTH)
         try:
             return self.workflows[name]
         except KeyError:
@@ -145,7 +154,7 @@ def step_function(
     `inline=False` runs it on a django-q2 worker (on the `queue` cluster when given), where
     `timeout` (ms or a duration string) bounds each attempt.
     """
-    timeout_ms = parse_duration(timeout) if timeout is not None else None
+    timeout_ms = parse_timeout(timeout) if timeout is not None else None
     if timeout_ms is not None and inline:
         raise InvalidInput(f"Step function {name!r}: timeout is enforced only with inline=False.")
 

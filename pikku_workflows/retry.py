@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from datetime import timedelta
 
 from .durations import parse_duration
-from .exceptions import InvalidInput
+from .validation import checked_retries
 
 EXPONENTIAL = "exponential"
 EXPONENTIAL_BASE_MS = 1_000
@@ -23,12 +24,10 @@ class RetryPolicy:
 
     @classmethod
     def resolve(
-        cls, retries: int | None, retry_delay: int | str | None, default: int
+        cls, retries: int | None, retry_delay: int | str | timedelta | None, default: int
     ) -> RetryPolicy:
         # Resolved once and stored on the step row: `retries=0` means exactly one attempt.
-        resolved = default if retries is None else retries
-        if isinstance(resolved, bool) or not isinstance(resolved, int) or resolved < 0:
-            raise InvalidInput(f"retries must be a non-negative int, not {retries!r}.")
+        resolved = checked_retries(default if retries is None else retries)
         if retry_delay is None or retry_delay == EXPONENTIAL:
             return cls(resolved, None)
         return cls(resolved, parse_duration(retry_delay))

@@ -1,10 +1,13 @@
-"""The JSON round trip every stored value goes through, rejecting what jsonb cannot hold."""
+"""The JSON round trip every stored value goes through, rejecting what jsonb cannot hold or what
+is too large to store (`MAX_PAYLOAD_BYTES`)."""
 
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
+
+from .conf import pikku_settings
 
 # `\u0000` escapes a NUL only after an even number of backslashes; `\\u0000` is a literal
 # backslash followed by "u0000", which jsonb stores fine.
@@ -18,30 +21,57 @@ class NotStorableJson(ValueError):
 def round_trip(value: Any) -> Any:
     """Return `value` as it will read back from the database (tuples become lists, ...).
 
-    NaN and ±Infinity (not JSON) and the NUL character (jsonb refuses it) are rejected here,
-    before anything is written.
+    Rejected here, before anything is written: what is not JSON (NaN, ±Infinity, objects), what
+    jsonb refuses (the NUL character, lone surrogates), values nested too deeply to encode, and
+    encodings longer than `MAX_PAYLOAD_BYTES`.
     """
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except RecursionError:
+        raise NotStorableJson("the value is nested too deeply to store") from None
     except (TypeError, ValueError) as exc:
         raise NotStorableJson(str(exc)) from exc
     if _NUL_ESCAPE.search(text):
         raise NotStorableJson("strings may not contain the NUL character (\\u0000)")
-    return json.loads(text)
+    encoded = _utf8(text)
+    limit = pikku_settings.MAX_PAYLOAD_BYTES
+    if len(encoded) > limit:
+        raise NotStorableJson(
+            f"the value takes {len(encoded)} bytes as JSON; at most {limit} bytes fit"
+        )
+    return json.loads(encoded)
+
+
+def _utf8(text: str) -> bytes:
+    """The text as UTF-8, a surrogate pair joined into the character it encodes (as jsonb reads
+    its escape); a lone surrogate is no character at all, and jsonb refuses it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16").encode("utf-8")
+    except UnicodeError:
+        raise NotStorableJson(
+            "strings may not contain a lone surrogate (\\ud800-\\udfff)"
+        ) from None
 
 
 def describe_error(
-    exc: BaseException, *, code: str | None = None, step_key: str | None = None
+    exc: BaseException, *, step_key: str | None = None, traceback: bool = True
 ) -> dict[str, Any]:
-    """The stored shape of an error: {code, message, type, traceback?, step_key?}."""
-    import traceback
+    """The stored shape of an error: {code, message, type, traceback?, step_key?}; the code is
+    the exception's own (`WorkflowError.code`) or its class name. Errors the engine records
+    itself (a timeout, a lost lease) have no traceback worth keeping."""
+    import traceback as tracebacks
 
     error: dict[str, Any] = {
-        "code": code or getattr(exc, "code", None) or type(exc).__name__,
+        "code": getattr(exc, "code", None) or type(exc).__name__,
         "message": str(exc) or type(exc).__name__,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "traceback": "".join(traceback.format_exception(exc)),
     }
+    if traceback:
+        error["traceback"] = "".join(tracebacks.format_exception(exc))
     if step_key is not None:
         error["step_key"] = step_key
     return round_trip_or_text(error)
@@ -69,4 +99,5 @@ def _storable(value: Any) -> Any:
 
 
 def _storable_text(text: str) -> str:
-    return text.replace("\x00", "\\x00")
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -1,4 +1,5 @@
-"""Run and step statuses and the table of allowed status changes (pure: no queries)."""
+"""Run and step statuses, step kinds, the table of allowed status changes and the history
+timestamp each status stamps (pure: no queries)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,27 @@ class StepStatus(models.TextChoices):
     FAILED = "failed", "Failed"
     WAITING = "waiting", "Waiting"
 
+
+class StepKind(models.TextChoices):
+    """What a step row records: a step function call, an inline callable, a child run, a timer,
+    or a suspension asked for by the body."""
+
+    FUNCTION = "function", "Step function"
+    CALLABLE = "callable", "Callable"
+    CHILD = "child", "Child run"
+    SLEEP = "sleep", "Sleep"
+    SUSPEND = "suspend", "Suspend"
+
+
+# The history row's column that records when an attempt reached each status.
+HISTORY_TIMESTAMP: dict[str, str] = {
+    StepStatus.PENDING: "created_at",
+    StepStatus.SCHEDULED: "scheduled_at",
+    StepStatus.RUNNING: "running_at",
+    StepStatus.WAITING: "waiting_at",
+    StepStatus.SUCCEEDED: "succeeded_at",
+    StepStatus.FAILED: "failed_at",
+}
 
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 

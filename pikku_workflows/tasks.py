@@ -12,6 +12,6 @@ def orchestrate(run_id: str) -> None:
 
 def execute_step(run_id: str, step_key: str) -> None:
     """Claim and run one attempt of a queued step (a no-op when there is nothing to claim)."""
-    from .engine.execution import execute_queued_step
+    from .engine.worker import execute_queued_step
 
     execute_queued_step(run_id, step_key)

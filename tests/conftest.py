@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from pikku_workflows.registry import registry
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll `condition` until it returns something truthy (returned); fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+        time.sleep(0.02)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,6 +55,19 @@ def fresh_backoff(monkeypatch: pytest.MonkeyPatch) -> Any:
     backoff = recovery.RedispatchBackoff()
     monkeypatch.setattr(recovery, "backoff", backoff)
     return backoff
+
+
+@pytest.fixture
+def skewed_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`skewed_clock(seconds)`: from now on this process's clock (Django's `timezone.now`) runs
+    `seconds` ahead of the database's (behind when negative), as on a machine whose NTP broke."""
+
+    real_now = timezone.now
+
+    def skew(seconds: float) -> None:
+        monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=seconds))
+
+    return skew
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,8 @@ import factory
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 
-from pikku_workflows.engine.transitions import HISTORY_TIMESTAMP
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
-from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.status import HISTORY_TIMESTAMP, RunStatus, StepStatus
 
 
 class WorkflowRunFactory(DjangoModelFactory):

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..engine.summary import waiting_on
+from ..engine.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .actions import RunOperationsAdmin
@@ -89,6 +89,7 @@ def unfinished_steps() -> QuerySet[WorkflowStep]:
     """The steps `waiting_on` can name (a succeeded step waits on nothing), in its order."""
     return (
         WorkflowStep.objects.exclude(status=StepStatus.SUCCEEDED)
+        .with_clock()
         .order_by("created_at", "step_key")
         .only(*WAITING_STEP_FIELDS)
     )

@@ -1,40 +1,40 @@
 """Child runs: a `wf.do` whose target is a workflow starts a run and waits on it.
 
 A child's failure fails the parent step's attempt (a retry starts a new child run); the
-child's end settles the parent step and resumes the parent.
+child's end settles the parent step and resumes the parent. Every message here only prompts:
+a refused one is logged, and recovery finds the child or the parent from the tables.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from ..dispatch import enqueue_orchestration
-from ..exceptions import InvalidTransition, RunParked, StepSuperseded
+from ..dispatch import enqueue_orchestration, prompt_orchestration
+from ..exceptions import (
+    ChildRunCancelled,
+    ChildRunFailed,
+    InvalidTransition,
+    RunParked,
+    StepSuperseded,
+)
 from ..models import WorkflowRun, WorkflowStep
+from ..querysets import database_in
 from ..retry import RetryPolicy
+from ..serialization import describe_error
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
-from . import driving
-from .replay import ReplayPass
-from .runs import create_run_row
-from .transitions import lock_running_run_txn, move_step, move_step_txn
+from .claims import lock_running_run_txn
+from .replay import ReplayPass, is_driven_here
+from .run_rows import create_run_row
+from .transitions import move_step, move_step_txn
 
 
-def start_child(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> WorkflowStep:
-    return _launch(rp, step, policy, StepStatus.PENDING, new_attempt=False)
-
-
-def retry_child(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> WorkflowStep:
-    return _launch(rp, step, policy, StepStatus.FAILED, new_attempt=True)
-
-
-def _launch(
-    rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy, source: str, *, new_attempt: bool
-) -> WorkflowStep:
+def launch_next(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> WorkflowStep:
+    """Start the child run of the step's next attempt (its first from pending; a new one after
+    a failed child), park the step on it, and settle it at once if the child already ended."""
+    source = step.status
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)
         child = create_run_row(
@@ -49,7 +49,7 @@ def _launch(
             step,
             StepStatus.WAITING,
             expected=[source],
-            new_attempt=new_attempt,
+            new_attempt=source == StepStatus.FAILED,
             child_run_id=child.pk,
             result=None,
             error=None,
@@ -57,12 +57,10 @@ def _launch(
         )
         if not moved:
             raise InvalidTransition(f"step {step.step_key!r}", step.status, StepStatus.WAITING)
+        if not rp.inline_caller:
+            enqueue_orchestration(child.pk)  # at commit; refused: recovery starts the child
     if rp.inline_caller:
-        from .orchestrator import orchestrate
-
-        orchestrate(child.pk, inline_caller=True)
-    else:
-        enqueue_orchestration(child.pk)
+        rp.drive_child(child.pk)
     return settle_waiting_step(rp, step, policy)
 
 
@@ -86,25 +84,31 @@ def apply_child_outcome(step: WorkflowStep, child: Mapping[str, Any], policy: Re
                 step, StepStatus.SUCCEEDED, expected=[StepStatus.WAITING], result=child["output"]
             )
             return
-        child_error = child["error"] or {}
-        error = {
-            "code": "CHILD_RUN_FAILED"
-            if child["status"] == RunStatus.FAILED
-            else "CHILD_RUN_CANCELLED",
-            "message": f"Child run {step.child_run_id} {child['status']}: {child_error.get('message', '')}",
-            "type": "pikku_workflows.ChildRun",
-            "child_run_id": str(step.child_run_id),
-            "step_key": step.step_key,
-        }
-        wake_at = None
-        if step.attempt < step.attempt_limit:
-            wake_at = timezone.now() + timedelta(milliseconds=policy.backoff_ms(step.attempt))
         move_step(
-            step, StepStatus.FAILED, expected=[StepStatus.WAITING], error=error, wake_at=wake_at
+            step,
+            StepStatus.FAILED,
+            expected=[StepStatus.WAITING],
+            error=_child_error(step, child),
+            wake_at=_retry_timer(step, policy),
         )
     except (InvalidTransition, StepSuperseded):
         # The other path (parent replay or child's end) settled it first: take its record.
         step.refresh_from_db()
+
+
+def _child_error(step: WorkflowStep, child: Mapping[str, Any]) -> dict[str, Any]:
+    failure = ChildRunCancelled if child["status"] == RunStatus.CANCELLED else ChildRunFailed
+    message = (child["error"] or {}).get("message", "")
+    error = describe_error(
+        failure(step.child_run_id, message), step_key=step.step_key, traceback=False
+    )
+    return {**error, "child_run_id": str(step.child_run_id)}
+
+
+def _retry_timer(step: WorkflowStep, policy: RetryPolicy) -> Any:
+    if step.attempt >= step.attempt_limit:
+        return None
+    return database_in(policy.backoff_ms(step.attempt) / 1000)
 
 
 def notify_parent(run_id: Any) -> None:
@@ -121,5 +125,5 @@ def notify_parent(run_id: Any) -> None:
     ).first()
     if step is not None:
         apply_child_outcome(step, child, RetryPolicy.from_stored(step.retries, step.retry_delay))
-    if not driving.is_driven_here(child["parent_run_id"]):
-        enqueue_orchestration(child["parent_run_id"])
+    if not is_driven_here(child["parent_run_id"]):
+        prompt_orchestration(child["parent_run_id"])

@@ -1,7 +1,9 @@
-"""The run lease: who may drive a run's orchestrator pass, judged on the database clock.
+"""Leases, on the database clock: the run lease (who may drive a run's orchestrator pass) and
+step leases (who runs a step's attempt), and the heartbeat that renews those this process holds.
 
-Taking it is one conditional UPDATE that never waits; a pass that finds it held asks the
-holder for one more pass (`rerun_requested`) instead of queueing behind it.
+Taking the run lease is one conditional UPDATE that never waits; a pass that finds it held asks
+the holder for one more pass (`rerun_requested`) instead of queueing behind it. Every expiry is
+computed by the database (`lease_until`) and judged against its clock in the guarded write.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from django.db import close_old_connections, connection
@@ -17,7 +18,7 @@ from django.db.models import Q
 
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
-from ..querysets import DatabaseNow
+from ..querysets import DatabaseNow, database_in
 from ..status import RunStatus, StepStatus
 
 logger = logging.getLogger(__name__)
@@ -27,13 +28,14 @@ def new_lease_holder() -> str:
     return uuid.uuid4().hex
 
 
-def _lease_until(seconds: float) -> Any:
-    return DatabaseNow() + timedelta(seconds=seconds)
-
-
 def run_lease_until() -> Any:
     """When a run lease taken now expires, on the database clock."""
-    return _lease_until(pikku_settings.RUN_LEASE_SECONDS)
+    return database_in(pikku_settings.RUN_LEASE_SECONDS)
+
+
+def step_lease_until() -> Any:
+    """When a step lease taken now expires, on the database clock."""
+    return database_in(pikku_settings.STEP_LEASE_SECONDS)
 
 
 def acquire_run_lease(run_id: Any, holder: str) -> bool:
@@ -96,11 +98,9 @@ def renew_leases(run_ids: list[Any], holders: list[str], steps: list[tuple[Any, 
     if run_ids:
         WorkflowRun.objects.filter(
             pk__in=run_ids, lease_holder__in=holders, status=RunStatus.RUNNING
-        ).update(lease_expires_at=_lease_until(pikku_settings.RUN_LEASE_SECONDS))
+        ).update(lease_expires_at=run_lease_until())
     if steps:
-        WorkflowStep.objects.filter(_held(steps)).update(
-            lease_expires_at=_lease_until(pikku_settings.STEP_LEASE_SECONDS)
-        )
+        WorkflowStep.objects.filter(_held(steps)).update(lease_expires_at=step_lease_until())
 
 
 def release_step_leases(steps: list[tuple[Any, int]]) -> int:

@@ -1,30 +1,33 @@
 """The orchestrator pass: take the run lease, replay the body from the top, record how it ended.
 
 A settled run returns before any lock, so a late queue message never re-enters a finished body.
+A pass abandoned by the engine's own statements leaves the run as it was (running) and raises
+what failed, for the queue or recovery to run it again.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
+from django.db import Error as DatabaseError
+
 from ..exceptions import (
-    DispatchFailed,
-    InvalidInput,
     InvalidTransition,
-    NonDeterministicReplay,
+    OutputNotSerializable,
+    PassAbandoned,
     RunInterrupted,
     RunParked,
     RunSuspendedSignal,
     StepFailed,
+    WorkflowNotDeployed,
 )
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus
 from . import children
-from .context import Workflow
-from .driving import driving
 from .leases import (
     abandon_run_lease,
     acquire_run_lease,
@@ -33,8 +36,9 @@ from .leases import (
     release_run_lease,
     request_rerun,
 )
-from .replay import LeasedRun, ReplayPass
+from .replay import LeasedRun, ReplayPass, driving
 from .transitions import move_run
+from .workflow import Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +51,24 @@ def orchestrate(
     """Drive the run as far as it can go now. Safe to call any number of times, concurrently.
 
     `leased`: the run as its caller just leased it (an inline start, a step worker continuing
-    in place); otherwise the pass reads the run and takes the lease itself.
+    in place); otherwise the pass reads the run and takes the lease itself. Raises the error of
+    a pass the engine's own statements abandoned (the run is left running).
     """
     if leased is None:
-        claimed = _read_and_lease(run_id)
-        if claimed is None:
+        leased = _read_and_lease(run_id)
+        if leased is None:
             return
-        leased = claimed
+    try:
+        ended = _drive(leased, inline_caller)
+    except PassAbandoned as abandoned:
+        raise abandoned.error from abandoned
+    if ended and leased.run.parent_step_id is not None:
+        children.notify_parent(leased.run.pk)
+
+
+def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
+    """Passes until the lease is released (one more each time a rerun was requested); True when
+    the run ended in one of them."""
     run, holder, known_steps = leased.run, leased.holder, leased.steps
     heartbeat.hold_run(run.pk, holder)
     ended = False
@@ -63,17 +78,23 @@ def orchestrate(
                 ended_now, released = _replay(run, holder, inline_caller, known_steps)
                 ended = ended_now or ended
                 if released or release_run_lease(run.pk, holder):
-                    break
+                    return ended
                 known_steps = None  # a rerun: another pass may have written steps meanwhile
                 run.refresh_from_db(fields=["status", "state"])
     except BaseException:
         # The queue redelivers or recovery relays; don't make the next pass wait out the lease.
-        abandon_run_lease(run.pk, holder)
+        _abandon_lease(run.pk, holder)
         raise
     finally:
         heartbeat.drop_run(run.pk)
-    if ended and run.parent_step_id is not None:
-        children.notify_parent(run.pk)
+
+
+def _abandon_lease(run_id: Any, holder: str) -> None:
+    try:
+        abandon_run_lease(run_id, holder)
+    except DatabaseError:
+        # The database is what failed (or the caller's transaction is doomed): the lease lapses.
+        logger.warning("pikku_workflows: could not hand back the lease of run %s", run_id)
 
 
 def _read_and_lease(run_id: Any) -> LeasedRun | None:
@@ -107,32 +128,31 @@ def _replay(
         return False, False
     definition = registry.workflows.get(run.workflow)
     if definition is None:
-        _suspend_unknown_workflow(run, holder)
+        _suspend_undeployed(run, holder)
         return False, False
-    rp = ReplayPass.begin(run, holder, inline_caller, steps)
+    drive_child = partial(orchestrate, inline_caller=True)
+    rp = ReplayPass.begin(
+        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+    )
     ended = _run_body(run, holder, rp, definition.func)
     return ended, ended or rp.lease_released
 
 
 def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
-    """Replay the body from the top; True when the run ended (completed, failed) in it."""
+    """Replay the body from the top; True when the run ended (completed, failed) in it. Only
+    the body's own exceptions fail the run: PassAbandoned passes through."""
     try:
         output = body(Workflow(rp), rp.input)
     except (RunParked, RunSuspendedSignal, RunInterrupted):
         return False
-    except DispatchFailed as signal:
-        raise signal.error from None
     except StepFailed as exc:
         return _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
-    except NonDeterministicReplay as exc:
-        return _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
     except Exception as exc:
         return _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
     try:
         output = round_trip(output)
     except NotStorableJson as exc:
-        problem = InvalidInput(f"The workflow's output is not storable JSON: {exc}")
-        error = describe_error(problem, code="OUTPUT_NOT_SERIALIZABLE")
+        error = describe_error(OutputNotSerializable(str(exc)), traceback=False)
         return _end(run, holder, RunStatus.FAILED, error=error)
     return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
 
@@ -159,17 +179,12 @@ def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
     return True
 
 
-def _suspend_unknown_workflow(run: WorkflowRun, holder: str) -> None:
+def _suspend_undeployed(run: WorkflowRun, holder: str) -> None:
     # A rolling deploy can deliver a run to a worker that lacks its code: wait for an operator.
-    message = f"Workflow {run.workflow!r} is not registered in this process; deploy it and resume."
+    error = describe_error(WorkflowNotDeployed(run.workflow), traceback=False)
     try:
-        move_run(
-            run.pk,
-            RunStatus.SUSPENDED,
-            expected=[RunStatus.RUNNING],
-            lease_holder=holder,
-            error={"code": "WORKFLOW_NOT_FOUND", "message": message},
-        )
+        running = [RunStatus.RUNNING]
+        move_run(run.pk, RunStatus.SUSPENDED, expected=running, lease_holder=holder, error=error)
     except (InvalidTransition, RunInterrupted):
         return
     run.status = RunStatus.SUSPENDED

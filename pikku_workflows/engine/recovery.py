@@ -1,25 +1,29 @@
-"""Recovery: heal what a crash or a lost queue message left behind, from the tables alone.
+"""Recovery: heal what a crash or a lost queue message left behind, from the tables alone; and
+the timer loop `pikku_worker` runs beside its cluster.
 
 Each sweep finds work that should be moving and is not, and dispatches it again; claims make a
-redundant dispatch harmless. A per-run backoff keeps a wedged run from flooding the queue.
+redundant dispatch harmless. Ages and lapses are judged on the database clock. A per-run
+backoff keeps a wedged run from flooding the queue, and starts afresh once the run moves on.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-from django.db.models import F, Q
-from django.utils import timezone
+from django.db import close_old_connections
+from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce, Greatest
 
 from ..conf import pikku_settings
 from ..dispatch import enqueue_orchestration
 from ..exceptions import WorkflowDispatchException
 from ..models import WorkflowRun, WorkflowStep
+from ..querysets import database_ago
 from ..status import RunStatus, StepStatus
 from .timers import dispatch_woken, fire_due_timers
 
@@ -29,27 +33,31 @@ BACKOFF_MEMORY = 10_000
 
 
 class RedispatchBackoff:
-    """Per-run hold between re-dispatches: REDISPATCH_BACKOFF_SECONDS doubling to the max.
+    """Per-run hold between re-dispatches: REDISPATCH_BACKOFF_SECONDS doubling to the max, for
+    as long as the run stays stuck at the same point (`progress`); a run that moved on since
+    its last relay is relayed at once, its hold back at the first step.
 
     In memory and bounded (oldest forgotten first); losing it on restart costs a few messages.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._holds: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._holds: OrderedDict[str, tuple[float, float, Any]] = OrderedDict()
 
-    def allow(self, run_id: Any) -> bool:
+    def allow(self, run_id: Any, progress: Any = None) -> bool:
         """True (and the hold noted, before the caller dispatches) unless the run is held."""
         key = str(run_id)
         now = self._clock()
-        until, hold = self._holds.get(key, (0.0, 0.0))
+        until, hold, held_at = self._holds.get(key, (0.0, 0.0, progress))
+        if held_at != progress:
+            until, hold = 0.0, 0.0
         if now < until:
             return False
         hold = min(
             hold * 2 if hold else pikku_settings.REDISPATCH_BACKOFF_SECONDS,
             pikku_settings.REDISPATCH_BACKOFF_MAX_SECONDS,
         )
-        self._holds[key] = (now + hold, hold)
+        self._holds[key] = (now + hold, hold, progress)
         self._holds.move_to_end(key)
         while len(self._holds) > BACKOFF_MEMORY:
             self._holds.popitem(last=False)
@@ -60,14 +68,20 @@ backoff = RedispatchBackoff()
 
 
 def recover() -> dict[str, int]:
-    """One recovery pass: fire due timers, re-dispatch lapsed leases, relay lost messages,
-    resume stalled runs. Returns counts by kind."""
+    """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
+    resume runs whose pass died holding the run lease and runs stalled with nothing in flight.
+    Returns counts by kind."""
     return {
         "timers": fire_due_timers(),
         "lapsed": _redispatch(_lapsed_steps()),
-        "relayed": _redispatch(_undispatched_steps()),
+        "relayed": _redispatch(_undispatched_steps()) + _resume(_unstarted_runs()),
+        "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
     }
+
+
+def _relay_before() -> Any:
+    return database_ago(pikku_settings.RELAY_PENDING_AFTER_SECONDS)
 
 
 def _lapsed_steps() -> list[dict[str, Any]]:
@@ -76,11 +90,12 @@ def _lapsed_steps() -> list[dict[str, Any]]:
 
 
 def _undispatched_steps() -> list[dict[str, Any]]:
-    before = timezone.now() - timedelta(seconds=pikku_settings.RELAY_PENDING_AFTER_SECONDS)
+    before = _relay_before()
     # A retry whose timer fired but whose message was lost looks the same: failed, due, unclaimed.
     due_retry = Q(status=StepStatus.FAILED, wake_at__isnull=True, attempt__lt=F("attempt_limit"))
     steps = WorkflowStep.objects.filter(
         Q(pk__in=WorkflowStep.objects.undispatched(before).values("pk"))
+        | Q(pk__in=WorkflowStep.objects.awaiting_ended_child(before).values("pk"))
         | (due_retry & Q(updated_at__lt=before)),
         run__status=RunStatus.RUNNING,
     )
@@ -89,13 +104,15 @@ def _undispatched_steps() -> list[dict[str, Any]]:
 
 def _step_rows(steps: Any) -> list[dict[str, Any]]:
     batch = pikku_settings.RECOVERY_BATCH
-    return list(steps.order_by("updated_at").values("run_id", "step_key", "function_name")[:batch])
+    rows = steps.annotate(progress=_last_activity("run_id", "run__updated_at"))
+    rows = rows.order_by("updated_at").values("run_id", "step_key", "function_name", "progress")
+    return list(rows[:batch])
 
 
 def _redispatch(rows: list[dict[str, Any]]) -> int:
     count = 0
     for row in rows:
-        if not backoff.allow(row["run_id"]):
+        if not backoff.allow(row["run_id"], row["progress"]):
             continue
         try:
             dispatch_woken(row["run_id"], row["step_key"], row["function_name"])
@@ -106,21 +123,66 @@ def _redispatch(rows: list[dict[str, Any]]) -> int:
     return count
 
 
-def _stalled_runs() -> list[Any]:
-    before = timezone.now() - timedelta(seconds=pikku_settings.STALLED_RUN_AFTER_SECONDS)
-    stalled = WorkflowRun.objects.stalled(before).order_by("updated_at")
-    return list(stalled.values_list("pk", flat=True)[: pikku_settings.RECOVERY_BATCH])
+def _last_activity(run_ref: str, run_updated_at: str) -> Any:
+    """When the run, or any of its steps, last changed: the progress the backoff compares, the
+    same whichever sweep finds the run."""
+    steps = WorkflowStep.objects.filter(run_id=OuterRef(run_ref)).values("run_id")
+    latest_step = steps.annotate(at=Max("updated_at")).values("at")
+    return Greatest(run_updated_at, Coalesce(Subquery(latest_step), run_updated_at))
 
 
-def _resume(run_ids: list[Any]) -> int:
+def _run_rows(runs: Any) -> list[tuple[Any, Any]]:
+    batch = pikku_settings.RECOVERY_BATCH
+    rows = runs.annotate(progress=_last_activity("pk", "updated_at")).order_by("updated_at")
+    return list(rows.values_list("pk", "progress")[:batch])
+
+
+def _unstarted_runs() -> list[tuple[Any, Any]]:
+    """Running runs whose first pass never came (their start message was lost, or refused)."""
+    steps = WorkflowStep.objects.filter(run_id=OuterRef("pk"))
+    runs = WorkflowRun.objects.running().lease_free().filter(created_at__lt=_relay_before())
+    return _run_rows(runs.filter(~Exists(steps)))
+
+
+def _lapsed_runs() -> list[tuple[Any, Any]]:
+    """Running runs whose pass died holding the run lease (it lapsed unreleased)."""
+    return _run_rows(WorkflowRun.objects.lease_lapsed())
+
+
+def _stalled_runs() -> list[tuple[Any, Any]]:
+    before = database_ago(pikku_settings.STALLED_RUN_AFTER_SECONDS)
+    return _run_rows(WorkflowRun.objects.stalled(before))
+
+
+def _resume(rows: list[tuple[Any, Any]]) -> int:
     count = 0
-    for run_id in run_ids:
-        if not backoff.allow(run_id):
+    for run_id, progress in rows:
+        if not backoff.allow(run_id, progress):
             continue
         try:
             enqueue_orchestration(run_id)
         except WorkflowDispatchException:
-            logger.warning("pikku_workflows: resume of stalled run %s failed", run_id)
+            logger.warning("pikku_workflows: resume of run %s failed", run_id)
             continue
         count += 1
     return count
+
+
+def run_timer_loop(stop: threading.Event) -> None:
+    """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
+    until `stop` is set. Errors are logged and the loop goes on (the database may come back)."""
+    next_recovery = 0.0
+    while not stop.is_set():
+        try:
+            fired = fire_due_timers()
+            if time.monotonic() >= next_recovery:
+                counts = recover()
+                next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
+                if any(counts.values()):
+                    logger.info("pikku_workflows: recovery %s", counts)
+        except Exception:
+            logger.exception("pikku_workflows: timer loop tick failed")
+            close_old_connections()
+            fired = 0
+        if not fired:
+            stop.wait(pikku_settings.TIMER_POLL_SECONDS)

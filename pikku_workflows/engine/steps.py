@@ -19,32 +19,41 @@ from ..exceptions import (
     InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
+    RunInterrupted,
     RunParked,
     StepFailed,
+    StepFunctionNotDeployed,
+    StepSuperseded,
+    WorkflowSuspended,
 )
 from ..models import WorkflowStep
-from ..registry import registry, validate_step_key
+from ..registry import parse_timeout, registry, validate_step_key
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, round_trip
-from ..status import StepStatus
-from . import children, execution
-from .replay import ReplayPass
+from ..status import StepKind, StepStatus
+from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
+from . import children, queued
+from .attempts import (
+    call_user_code,
+    claim_next_attempt,
+    record_outcome,
+    started_by_name,
+    step_context,
+    timeout_enforceable,
+)
+from .replay import ReplayPass, lease_lapsed, observe_timer, seconds_until_due
 from .suspension import suspend_in_pass
 from .transitions import create_step_in_run, move_step
 
-KIND_FUNCTION = "function"
-KIND_CALLABLE = "callable"
-KIND_CHILD = "child"
-KIND_SLEEP = "sleep"
-KIND_SUSPEND = "suspend"
+SUSPEND_PREFIX = "__suspend:"
 
 
 @dataclass(frozen=True)
 class StepOptions:
     retries: int | None = None
-    retry_delay: int | str | None = None
+    retry_delay: int | str | timedelta | None = None
     on_error: str | None = None
-    timeout: int | str | None = None
+    timeout: int | str | timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,9 @@ class StepCall:
     function_name: str | None
     data: Any
     policy: RetryPolicy
-    on_error: str | None
-    timeout_ms: int | None
-    func: Callable[..., Any] | None
+    on_error: str | None = None
+    timeout_ms: int | None = None
+    func: Callable[..., Any] | None = None
 
 
 def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
@@ -68,7 +77,7 @@ def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOpti
     if step is not None:
         _adopt_deployed_workflow(step, call)
         _check_same_step(step, call)
-    elif call.kind == KIND_FUNCTION and call.func is None:
+    elif call.kind == StepKind.FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
     return _drive(rp, call, step)
 
@@ -78,15 +87,15 @@ def _adopt_deployed_workflow(step: WorkflowStep, call: StepCall) -> None:
     may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
     if (
         step.status == StepStatus.PENDING
-        and step.kind == KIND_FUNCTION
-        and call.kind == KIND_CHILD
+        and step.kind == StepKind.FUNCTION
+        and call.kind == StepKind.CHILD
         and step.function_name == call.function_name
     ):
         pending = WorkflowStep.objects.filter(
             pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
         )
-        if pending.update(kind=KIND_CHILD):
-            step.kind = KIND_CHILD
+        if pending.update(kind=StepKind.CHILD):
+            step.kind = StepKind.CHILD
 
 
 def _resolve_call(
@@ -96,49 +105,64 @@ def _resolve_call(
     policy = RetryPolicy.resolve(
         options.retries, options.retry_delay, pikku_settings.DEFAULT_STEP_RETRIES
     )
-    timeout_ms = parse_duration(options.timeout) if options.timeout is not None else None
-    func: Callable[..., Any] | None
-    if callable(target):
-        if data is not None:
-            raise InvalidInput(f"Step {key!r}: a callable step takes no data; close over it.")
-        kind, name, func = KIND_CALLABLE, _callable_name(target), target
-    elif isinstance(target, str) and registry.is_workflow(target):
-        kind, name, func = KIND_CHILD, target, None
-    elif isinstance(target, str):
-        definition = registry.step_functions.get(target)
-        kind, name = KIND_FUNCTION, target
-        func = definition.func if definition else None
-        if definition and definition.timeout_ms is not None and timeout_ms is None:
-            timeout_ms = definition.timeout_ms
-    else:
-        raise InvalidInput(f"Step {key!r}: target must be a step function name or a callable.")
-    if options.timeout is not None and not _runs_on_worker(rp, kind, name):
+    timeout_ms = parse_timeout(options.timeout) if options.timeout is not None else None
+    kind, name, func, registered_timeout = _resolve_target(key, target, data)
+    if options.timeout is not None and not _queued_function(kind, name):
         raise InvalidInput(f"Step {key!r}: timeout is enforced only for queued step functions.")
     try:
         data = round_trip(data)
     except NotStorableJson as exc:
         raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
     physical, from_key = rp.allocate_key(key)
+    timeout_ms = timeout_ms if timeout_ms is not None else registered_timeout
     return StepCall(
         physical, from_key, kind, name, data, policy, options.on_error, timeout_ms, func
     )
 
 
+def _resolve_target(
+    key: str, target: Any, data: Any
+) -> tuple[str, str, Callable[..., Any] | None, int | None]:
+    """(kind, name, the function to call here or None, its registered timeout)."""
+    if callable(target):
+        if data is not None:
+            raise InvalidInput(f"Step {key!r}: a callable step takes no data; close over it.")
+        return StepKind.CALLABLE, _callable_name(target), target, None
+    if not isinstance(target, str):
+        raise InvalidInput(f"Step {key!r}: target must be a step function name or a callable.")
+    checked_text(target, f"Step {key!r}: the target", max_length=NAME_MAX_LENGTH)
+    if registry.is_workflow(target):
+        return StepKind.CHILD, target, None, None
+    definition = registry.step_functions.get(target)
+    if definition is None:
+        return StepKind.FUNCTION, target, None, None
+    return StepKind.FUNCTION, target, definition.func, definition.timeout_ms
+
+
 def _callable_name(func: Callable[..., Any]) -> str:
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    return name[:NAME_MAX_LENGTH]  # only for display: callables are matched by kind
 
 
-def _runs_on_worker(rp: ReplayPass, kind: str, name: str | None) -> bool:
-    if kind != KIND_FUNCTION or rp.inline_caller or name is None:
-        return False
-    definition = registry.step_functions.get(name)
+def _queued_function(kind: str, name: str | None) -> bool:
+    definition = registry.step_functions.get(name or "") if kind == StepKind.FUNCTION else None
     return definition is not None and not definition.inline
+
+
+def _runs_on_worker(rp: ReplayPass, call: StepCall) -> bool:
+    """Queued step functions go to a worker; an inline caller runs every step itself, except
+    one whose timeout it cannot enforce (it is not a main thread: a web request)."""
+    if not _queued_function(call.kind, call.function_name):
+        return False
+    if not rp.inline_caller:
+        return True
+    return call.timeout_ms is not None and not timeout_enforceable()
 
 
 def _check_same_step(step: WorkflowStep, call: StepCall) -> None:
     # Callables are compared by kind only: renaming a lambda must not break running runs.
     same = step.kind == call.kind and (
-        call.kind == KIND_CALLABLE or step.function_name == call.function_name
+        call.kind == StepKind.CALLABLE or step.function_name == call.function_name
     )
     if not same:
         raise NonDeterministicReplay(call.key, step.function_name or step.kind, call.function_name)
@@ -155,30 +179,86 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
             _compensate(rp, call, step)
             raise StepFailed(call.key, step.error or {})
         elif step.status == StepStatus.FAILED:
-            _wait_for_retry(rp, step)
-            _require_function(rp, call)
-            step = _next_attempt(rp, call, step, StepStatus.FAILED)
-        elif step.status == StepStatus.RUNNING and _lease_lapsed(step):
-            _require_function(rp, call)
-            step = _next_attempt(rp, call, step, StepStatus.RUNNING)
-        elif step.status == StepStatus.PENDING:
-            _require_function(rp, call)
-            step = _start_pending(rp, call, step)
-        elif step.status == StepStatus.WAITING and call.kind == KIND_CHILD:
+            _wait_until_due(rp, step)
+            step = _next_attempt(rp, call, step)
+        elif (
+            step.status == StepStatus.RUNNING and lease_lapsed(step)
+        ) or step.status == StepStatus.PENDING:
+            step = _next_attempt(rp, call, step)
+        elif step.status == StepStatus.WAITING and call.kind == StepKind.CHILD:
             step = children.settle_waiting_step(rp, step, call.policy)
         else:
             raise RunParked(call.key)
 
 
-def _require_function(rp: ReplayPass, call: StepCall) -> None:
-    # Checked before every attempt, not only the first: a rolling deploy can hand a retry (or a
-    # lapsed attempt) to a process without the function. No attempt is started then.
-    if call.kind == KIND_FUNCTION and call.func is None:
+def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
+    if call.kind == StepKind.CHILD:
+        return children.launch_next(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
+    if _runs_on_worker(rp, call):
+        queued.dispatch_new_step(rp, call.key, _step_row_fields(call))
+    lease = pikku_settings.STEP_LEASE_SECONDS
+    return _run_attempt(rp, call, _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease))
+
+
+def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
+    """Start the step's next attempt from pending, a due retry, or a lapsed lease. Checked
+    before every attempt, not only the first: a rolling deploy can hand a retry (or a lapsed
+    attempt) to a process without the function; no attempt is started then."""
+    if call.kind == StepKind.FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
+    if call.kind == StepKind.CHILD:
+        return children.launch_next(rp, step, call.policy)
+    if _runs_on_worker(rp, call):
+        # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
+        queued.dispatch_step(rp, step)
+    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder)
+    if claim.step is None or not (claim.claimed or claim.expired):
+        raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
+    rp.steps[call.key] = claim.step
+    if claim.expired:
+        return claim.step  # its last attempt's lease lapsed: the step failed for good
+    return _run_attempt(rp, call, claim.step)
 
 
-def _lease_lapsed(step: WorkflowStep) -> bool:
-    return step.lease_expires_at is not None and step.lease_expires_at < timezone.now()
+def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
+    assert call.func is not None
+    args = (
+        ()
+        if step.kind == StepKind.CALLABLE
+        else (step.data, step_context(step, started_by_name(rp.run)))
+    )
+    outcome = call_user_code(step, _in_savepoint(call.func), args)
+    try:
+        record_outcome(step, outcome, call.policy)
+    except StepSuperseded as exc:
+        raise RunInterrupted(str(exc)) from exc
+    return step
+
+
+def _in_savepoint(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run user code in a savepoint when the caller's transaction is open (an inline start inside
+    `atomic()`): a database error in a step then fails its attempt, not the whole transaction,
+    and the failed attempt's writes roll back with it."""
+
+    def call(*args: Any) -> Any:
+        if not transaction.get_connection().in_atomic_block:
+            return func(*args)
+        with transaction.atomic():
+            return func(*args)
+
+    return call
+
+
+def _wait_until_due(rp: ReplayPass, step: WorkflowStep) -> None:
+    """Return when the step's timer is due (by the database clock); park the run when it is not
+    due and too far off for an inline caller to wait here."""
+    remaining = seconds_until_due(step)
+    if remaining <= 0:
+        return
+    if rp.inline_caller and remaining <= pikku_settings.INLINE_SLEEP_MAX_SECONDS:
+        time.sleep(remaining)
+        return
+    raise RunParked(step.step_key)
 
 
 def _step_row_fields(call: StepCall) -> dict[str, Any]:
@@ -194,73 +274,12 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
     }
 
 
-def _create_step(rp: ReplayPass, call: StepCall, status: str, **fields: Any) -> WorkflowStep:
+def _create_step(rp: ReplayPass, call: StepCall, status: str, **clock: Any) -> WorkflowStep:
     step = create_step_in_run(
-        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **fields
+        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **clock
     )
     rp.steps[call.key] = step
     return step
-
-
-def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
-    if call.kind == KIND_CHILD:
-        return children.start_child(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
-    if _runs_on_worker(rp, call.kind, call.function_name):
-        return execution.dispatch_new_step(rp, call.key, _step_row_fields(call))
-    step = _create_step(rp, call, StepStatus.RUNNING, lease_expires_at=execution.step_lease_until())
-    return _run_attempt(rp, call, step)
-
-
-def _start_pending(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
-    if call.kind == KIND_CHILD:
-        return children.start_child(rp, step, call.policy)
-    if _runs_on_worker(rp, call.kind, call.function_name):
-        return execution.dispatch_step(rp, step)
-    execution.claim_in_pass(rp, step, StepStatus.PENDING, new_attempt=False)
-    return _run_attempt(rp, call, step)
-
-
-def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
-    return execution.run_attempt_in_pass(rp, step, _in_savepoint(call.func), call.policy)
-
-
-def _in_savepoint(func: Callable[..., Any] | None) -> Callable[..., Any] | None:
-    """Run user code in a savepoint when the caller's transaction is open (an inline start inside
-    `atomic()`): a database error in a step then fails its attempt, not the whole transaction,
-    and the failed attempt's writes roll back with it."""
-    if func is None:
-        return None
-
-    def call(*args: Any) -> Any:
-        if not transaction.get_connection().in_atomic_block:
-            return func(*args)
-        with transaction.atomic():
-            return func(*args)
-
-    return call
-
-
-def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep, source: str) -> WorkflowStep:
-    if call.kind == KIND_CHILD:
-        return children.retry_child(rp, step, call.policy)
-    if _runs_on_worker(rp, call.kind, call.function_name):
-        # The worker's claim turns the failed or lapsed attempt into a new one.
-        return execution.dispatch_step(rp, step)
-    execution.claim_in_pass(rp, step, source, new_attempt=True)
-    return _run_attempt(rp, call, step)
-
-
-def _wait_for_retry(rp: ReplayPass, step: WorkflowStep) -> None:
-    """Return when the retry is due; park the run when it is not due and too far to wait here."""
-    if step.wake_at is None:
-        return
-    remaining = (step.wake_at - timezone.now()).total_seconds()
-    if remaining <= 0:
-        return
-    if rp.inline_caller and remaining <= pikku_settings.INLINE_SLEEP_MAX_SECONDS:
-        time.sleep(remaining)
-        return
-    raise RunParked(step.step_key)
 
 
 def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
@@ -271,12 +290,10 @@ def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
     handler = StepCall(
         key=f"{call.key}:onError",
         from_key=call.key,
-        kind=KIND_FUNCTION,
+        kind=StepKind.FUNCTION,
         function_name=call.on_error,
         data={"error": {"message": (step.error or {}).get("message", "")}},
         policy=RetryPolicy(0, None),
-        on_error=None,
-        timeout_ms=None,
         func=definition.func if definition else None,
     )
     existing = rp.steps.get(handler.key)
@@ -293,47 +310,34 @@ def suspend_missing_function(rp: ReplayPass, call: StepCall) -> None:
     """No such step function here: record the step as pending (no attempt) and suspend the run."""
     suspend_in_pass(
         rp,
-        f"Step function {call.function_name!r} is not registered (step {call.key!r}); "
-        "deploy it and resume the run.",
-        code="RPC_NOT_FOUND",
+        StepFunctionNotDeployed(call.function_name, call.key),
         step_key=call.key,
         step_fields=None if call.key in rp.steps else _step_row_fields(call),
     )
 
 
-def run_sleep(rp: ReplayPass, key: str, duration: int | str) -> None:
+def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None:
     validate_step_key(key)
     duration_ms = parse_duration(duration)
     physical, from_key = rp.allocate_key(key)
     call = StepCall(
-        physical,
-        from_key,
-        KIND_SLEEP,
-        None,
-        {"duration_ms": duration_ms},
-        RetryPolicy(0, None),
-        None,
-        None,
-        None,
+        physical, from_key, StepKind.SLEEP, None, {"duration_ms": duration_ms}, RetryPolicy(0, None)
     )
     step = rp.steps.get(physical)
-    if step is not None:
-        _check_same_step(step, call)
-    elif rp.inline_caller and duration_ms <= pikku_settings.INLINE_SLEEP_MAX_SECONDS * 1000:
-        step = _create_step(rp, call, StepStatus.RUNNING)
-        time.sleep(duration_ms / 1000)
+    if step is None:
+        # The timer row is the arming: one write, so no crash can leave it half armed. An inline
+        # caller waits a short one out here; if it dies meanwhile, the timer loop fires it.
+        step = _create_step(rp, call, StepStatus.SCHEDULED, wake_in_ms=duration_ms)
+        observe_timer(step, timedelta(milliseconds=duration_ms))
     else:
-        # The timer row is the arming: one write, so no crash can leave it half armed.
-        wake_at = timezone.now() + timedelta(milliseconds=duration_ms)
-        step = _create_step(rp, call, StepStatus.SCHEDULED, wake_at=wake_at)
+        _check_same_step(step, call)
     _finish_sleep(rp, step)
 
 
 def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
     if step.status == StepStatus.SUCCEEDED:
         return
-    if step.status == StepStatus.SCHEDULED and step.wake_at is not None:
-        _wait_for_retry(rp, step)  # parks the run unless the timer is (nearly) due
+    _wait_until_due(rp, step)  # parks the run unless the timer is (nearly) due
     try:
         move_step(step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None)
     except InvalidTransition:
@@ -344,17 +348,20 @@ def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
 
 
 def run_suspend(rp: ReplayPass, reason: str) -> None:
-    if not isinstance(reason, str) or not reason:
-        raise InvalidInput(f"A suspend reason must be a non-empty string, not {reason!r}.")
-    physical, from_key = rp.allocate_key(f"__suspend:{reason}")
+    limit = KEY_MAX_LENGTH - len(SUSPEND_PREFIX)
+    checked_text(reason, "A suspend reason", max_length=limit)
+    physical, from_key = rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
     step = rp.steps.get(physical)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return
     suspend_in_pass(
         rp,
-        reason,
-        code="WORKFLOW_SUSPENDED",
+        WorkflowSuspended(reason),
         step_key=physical,
-        step_fields={"kind": KIND_SUSPEND, "from_step_key": from_key, "data": {"reason": reason}},
+        step_fields={
+            "kind": StepKind.SUSPEND,
+            "from_step_key": from_key,
+            "data": {"reason": reason},
+        },
         step_result={"reason": reason, "suspended_at": timezone.now().isoformat()},
     )

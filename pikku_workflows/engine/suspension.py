@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import transaction
 
-from ..exceptions import RunSuspendedSignal
+from ..exceptions import RunSuspendedSignal, WorkflowError
 from ..status import RunStatus, StepStatus
+from .claims import lock_running_run_txn
 from .replay import ReplayPass
-from .transitions import create_step_txn, lock_running_run_txn, move_run
+from .transitions import create_step_txn, move_run
 
 
 def suspend_in_pass(
     rp: ReplayPass,
-    reason: str,
+    why: WorkflowError,
     *,
-    code: str,
     step_key: str,
     step_fields: dict[str, Any] | None,
     step_result: Any = None,
-) -> None:
-    """Create the asking step (`step_fields` given) and suspend the run, then stop the body.
-
-    One transaction: a crash can't leave a recorded suspend step on a run that kept running.
-    """
+) -> NoReturn:
+    """Create the asking step (`step_fields` given) and suspend the run with `why` as its error,
+    then stop the body. One transaction: a crash can't leave a recorded suspend step on a run
+    that kept running."""
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)
         if step_fields is not None:
@@ -37,6 +36,6 @@ def suspend_in_pass(
             RunStatus.SUSPENDED,
             expected=[RunStatus.RUNNING],
             lease_holder=rp.holder,
-            error={"code": code, "message": reason, "step_key": step_key},
+            error={"code": why.code, "message": why.message, "step_key": step_key},
         )
-    raise RunSuspendedSignal(reason, code)
+    raise RunSuspendedSignal(why.message, why.code)

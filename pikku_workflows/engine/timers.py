@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import transaction
 
 from ..conf import pikku_settings
 from ..dispatch import enqueue_orchestration, enqueue_step
 from ..exceptions import WorkflowDispatchException
+from ..models import WorkflowStep
+from ..querysets import DatabaseNow
 from ..registry import registry
-from .claims import claim_due_timers
+from ..status import StepStatus
+from .claims import lock_due_timers_txn
+from .transitions import move_step_txn
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +32,26 @@ def fire_due_timers(limit: int | None = None) -> int:
     return len(due)
 
 
+def claim_due_timers(limit: int) -> list[WorkflowStep]:
+    """Take due timer rows (sleeps, retry backoffs) of running runs, skipping rows others hold.
+
+    A due sleep is completed here; a due retry only loses its `wake_at` (it stays failed with
+    attempts left, which the pass or the step worker turns into a new attempt).
+    """
+    with transaction.atomic():
+        due = lock_due_timers_txn(limit)
+        for step in due:
+            if step.status == StepStatus.SCHEDULED:
+                move_step_txn(
+                    step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None
+                )
+            else:
+                WorkflowStep.objects.filter(pk=step.pk).update(
+                    wake_at=None, updated_at=DatabaseNow()
+                )
+    return due
+
+
 def dispatch_woken(run_id: Any, step_key: str, function_name: str | None) -> None:
     """A queued step function goes to a step worker; anything else resumes the run's pass."""
     definition = registry.step_functions.get(function_name or "")
@@ -37,25 +59,3 @@ def dispatch_woken(run_id: Any, step_key: str, function_name: str | None) -> Non
         enqueue_step(run_id, step_key, definition.queue)
     else:
         enqueue_orchestration(run_id)
-
-
-def run_timer_loop(stop: threading.Event) -> None:
-    """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
-    until `stop` is set. Errors are logged and the loop goes on (the database may come back)."""
-    from .recovery import recover
-
-    next_recovery = 0.0
-    while not stop.is_set():
-        try:
-            fired = fire_due_timers()
-            if time.monotonic() >= next_recovery:
-                counts = recover()
-                next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
-                if any(counts.values()):
-                    logger.info("pikku_workflows: recovery %s", counts)
-        except Exception:
-            logger.exception("pikku_workflows: timer loop tick failed")
-            close_old_connections()
-            fired = 0
-        if not fired:
-            stop.wait(pikku_settings.TIMER_POLL_SECONDS)

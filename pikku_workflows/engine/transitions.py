@@ -1,45 +1,75 @@
-"""Every status change of runs and steps: one guarded UPDATE (plus the step's history row) per move.
+"""Every status change of runs and steps: one guarded write, plus the step's history row, per
+move. The hot paths of a step (create it, claim it, record its outcome) are one named statement
+each on PostgreSQL (`transitions.sql`, composing the run locks of `claims.sql`); elsewhere, and
+for the rarer moves, the ORM in one short transaction.
 
 A guard that matches no row is an illegal move (`InvalidTransition`), a stale attempt
 (`StepSuperseded`) or a run that stopped being ours (`RunInterrupted`); nothing is written then.
+Leases and timers are set on the database clock; history times come from the application clock,
+like the rows' `created_at`.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..dispatch import QueueMessage
+from ..dispatch import QueueMessage, queue_fragments
 from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
-from ..querysets import DatabaseNow
-from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus, run_sources, step_sources
-from . import fast_path
+from ..querysets import DatabaseNow, database_in
+from ..sql import Statements
+from ..status import (
+    HISTORY_TIMESTAMP,
+    TERMINAL_RUN_STATUSES,
+    RunStatus,
+    StepStatus,
+    run_sources,
+    step_sources,
+)
+from .claims import lock_running_run_txn
+from .tables import engine_names
 
-HISTORY_TIMESTAMP: dict[str, str] = {
-    StepStatus.PENDING: "created_at",
-    StepStatus.SCHEDULED: "scheduled_at",
-    StepStatus.RUNNING: "running_at",
-    StepStatus.WAITING: "waiting_at",
-    StepStatus.SUCCEEDED: "succeeded_at",
-    StepStatus.FAILED: "failed_at",
-}
+STATEMENTS = Statements(
+    Path(__file__).with_name("transitions.sql"),
+    Path(__file__).with_name("claims.sql"),
+    names=engine_names,
+    fragments=queue_fragments,
+)
+# The history timestamps a move can stamp (created_at is the row's own).
+STAMPED = tuple(column for column in HISTORY_TIMESTAMP.values() if column != "created_at")
+# Step columns the database sets from seconds given (on its clock), never from a value.
+CLOCKED = ("lease_expires_at", "wake_at")
 
 
-def _checked_sources(
+def on_postgresql() -> bool:
+    """True where the named statements apply (PostgreSQL); else the ORM forms run."""
+    return transaction.get_connection().vendor == "postgresql"
+
+
+def checked_sources(
     what: str, target: str, allowed: frozenset[str], expected: Iterable[str] | None
-):
+) -> frozenset[str]:
     sources = frozenset(expected) if expected is not None else allowed
     illegal = sources - allowed
     if illegal:
         raise InvalidTransition(what, sorted(illegal)[0], target)
     return sources
+
+
+def history_stamps(status: str, at: datetime) -> dict[str, datetime | None]:
+    """The history timestamps of an attempt reaching `status` at `at` (the one map of
+    status.py), every other one None."""
+    stamped = HISTORY_TIMESTAMP[status]
+    return {column: at if column == stamped else None for column in STAMPED}
 
 
 def move_run(
@@ -56,7 +86,7 @@ def move_run(
     terminal status then releases the lease in the same write (a settled run is never
     orchestrated again, so a pending rerun request is moot).
     """
-    sources = _checked_sources("run", target, run_sources(target), expected)
+    sources = checked_sources("run", target, run_sources(target), expected)
     runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
     if lease_holder is not None:
         runs = runs.filter(lease_holder=lease_holder)
@@ -74,57 +104,61 @@ def move_run(
     raise InvalidTransition("run", current, target)
 
 
-def lock_running_run_txn(run_id: Any, lease_holder: str) -> None:
-    """Inside a transaction: prove the run is still running under this pass, and keep it so.
-
-    The row lock (FOR NO KEY UPDATE, which a cancel or suspend also needs) lasts until the short
-    transaction commits: a cancelled or suspended run starts nothing new. It writes nothing, so
-    a step costs the run row no new version; the heartbeat renews the lease.
-    """
-    assert transaction.get_connection().in_atomic_block
-    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(
-        pk=run_id, status=RunStatus.RUNNING, lease_holder=lease_holder
-    )
-    if not runs.values_list("pk", flat=True)[:1]:
-        raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+# --- creating steps ------------------------------------------------------------------------
 
 
 def create_step_in_run(
-    run_id: Any, lease_holder: str, step_key: str, *, status: str, **fields: Any
+    run_id: Any,
+    lease_holder: str,
+    step_key: str,
+    *,
+    status: str,
+    lease_seconds: float | None = None,
+    wake_in_ms: int | None = None,
+    **fields: Any,
 ) -> WorkflowStep:
     """Insert a step with its first history row into a run this pass holds: one commit.
 
-    On PostgreSQL it is one statement (guard, step, history); elsewhere one short transaction.
+    `lease_seconds` / `wake_in_ms` set its lease / timer that far ahead on the database clock.
     """
-    if fast_path_available():
-        step, history = _new_step_rows(run_id, step_key, status, fields)
-        if not fast_path.insert_step_guarded(
-            run_id, lease_holder, step, history, stamp_first_attempt
-        ):
-            raise RunInterrupted(f"run {run_id} is no longer running under this pass")
-        return step
-    with transaction.atomic():
-        lock_running_run_txn(run_id, lease_holder)
-        return create_step_txn(run_id, step_key, status=status, **fields)
+    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
+    if not on_postgresql():
+        with transaction.atomic():
+            lock_running_run_txn(run_id, lease_holder)
+            return _save_new_step_txn(step, lease_seconds, wake_in_ms)
+    params = _new_step_params(step, lease_seconds, wake_in_ms)
+    params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
+    row = _fetch_one("insert_step_in_run", params)
+    if row is None:
+        raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+    step.lease_expires_at, step.wake_at = row
+    step._state.adding, step._state.db = False, connection.alias
+    return step
 
 
 def create_dispatched_step(
     run_id: Any, lease_holder: str, step_key: str, message: QueueMessage, **fields: Any
 ) -> tuple[WorkflowStep, bool]:
-    """Insert a step straight into `scheduled` with its queue message, and release the run lease:
-    one statement, so the message never names a step that was not written, and a worker that
-    finishes the step at once finds the lease free. PostgreSQL only (`fast_path_available`).
+    """Insert a queued step straight into `scheduled` with its queue message, and release the
+    run lease: one statement (PostgreSQL with django-q2's queue in this database), so the
+    message never names a step that was not written, and a worker that finishes the step at
+    once finds the lease free.
 
-    Returns the step and whether the lease was released (False: a rerun was requested, the
+    Returns the step and whether the lease was released (False: a rerun was requested; the
     caller still holds it and must release it as usual).
     """
-    step, history = _new_step_rows(run_id, step_key, StepStatus.SCHEDULED, fields)
-    released = fast_path.insert_dispatched_step(
-        run_id, lease_holder, step, history, stamp_first_attempt, message
+    step = WorkflowStep(
+        id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=StepStatus.SCHEDULED, **fields
     )
-    if released is None:
+    params = _new_step_params(step, None, None) | message.params()
+    params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
+    row = _fetch_one("insert_dispatched_step", params)
+    if row is None:
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
-    return step, released
+    released, messages = row
+    assert messages == 1, "the message is written with the step"
+    step._state.adding, step._state.db = False, connection.alias
+    return step, bool(released)
 
 
 def create_step_txn(
@@ -132,44 +166,164 @@ def create_step_txn(
     step_key: str,
     *,
     status: str = StepStatus.PENDING,
+    lease_seconds: float | None = None,
+    wake_in_ms: int | None = None,
     **fields: Any,
 ) -> WorkflowStep:
-    """Inside a transaction: insert a step with its first history row (attempt 1).
+    """Inside a transaction: insert a step with its first history row (attempt 1)."""
+    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
+    return _save_new_step_txn(step, lease_seconds, wake_in_ms)
 
-    A step created straight into `running` keeps its `pending` moment as the history row's
-    created_at, so the timeline still shows both.
-    """
+
+def _save_new_step_txn(
+    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None
+) -> WorkflowStep:
     assert transaction.get_connection().in_atomic_block
-    step, history = _new_step_rows(run_id, step_key, status, fields)
+    clocked = _clocked(lease_seconds, wake_in_ms)
+    for name, value in clocked.items():
+        setattr(step, name, value)
     step.save(force_insert=True)
-    stamp_first_attempt(history, step)
+    if clocked:
+        step.refresh_from_db(fields=list(clocked))
+    history = WorkflowStepHistory(
+        step=step,
+        attempt=step.attempt,
+        status=step.status,
+        result=step.result,
+        error=step.error,
+        # A step created straight into `running` keeps its `pending` moment as created_at, so
+        # the timeline still shows both.
+        created_at=step.created_at,
+        **history_stamps(step.status, step.created_at),
+    )
     history.save(force_insert=True)
     return step
 
 
-def _new_step_rows(
-    run_id: Any, step_key: str, status: str, fields: dict[str, Any]
-) -> tuple[WorkflowStep, WorkflowStepHistory]:
-    step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
-    history = WorkflowStepHistory(
-        step=step,
-        attempt=step.attempt,
-        status=status,
-        result=fields.get("result"),
-        error=fields.get("error"),
-    )
-    return step, history
+def _clocked(lease_seconds: float | None, wake_in_ms: int | None) -> dict[str, Any]:
+    """The lease / timer columns as expressions on the database clock, for the ORM forms."""
+    clocked: dict[str, Any] = {}
+    if lease_seconds is not None:
+        clocked["lease_expires_at"] = database_in(lease_seconds)
+    if wake_in_ms is not None:
+        clocked["wake_at"] = database_in(wake_in_ms / 1000)
+    return clocked
 
 
-def stamp_first_attempt(history: WorkflowStepHistory, step: WorkflowStep) -> None:
-    """Give attempt 1's history row the moment the (just saved) step was created."""
-    history.created_at = step.created_at
-    if history.status != StepStatus.PENDING:
-        setattr(history, HISTORY_TIMESTAMP[history.status], step.created_at)
+def _new_step_params(
+    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None
+) -> dict[str, Any]:
+    """The named parameters of `new_step_values` and `first_history_row` for `step`."""
+    params: dict[str, Any] = {
+        str(field.column): field.get_db_prep_save(field.pre_save(step, add=True), connection)
+        for field in WorkflowStep._meta.concrete_fields
+        if field.column not in CLOCKED
+    }
+    params["lease_seconds"] = lease_seconds
+    params["wake_in_seconds"] = None if wake_in_ms is None else wake_in_ms / 1000
+    return params | history_stamps(step.status, step.created_at)
 
 
-def fast_path_available() -> bool:
-    return transaction.get_connection().vendor == "postgresql"
+def _fetch_one(statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS[statement], params)
+        return cursor.fetchone()
+
+
+# --- moving steps --------------------------------------------------------------------------
+
+
+def record_step_outcome(
+    step: WorkflowStep,
+    target: str,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    attempt_limit: int | None = None,
+    wake_in_ms: int | None = None,
+    take_run_lease_for: str | None = None,
+) -> WorkflowRun | None:
+    """Record the running attempt's outcome (`succeeded` or `failed`), fenced by its attempt:
+    raises StepSuperseded when a newer attempt owns the step. `wake_in_ms`: a retry's timer.
+
+    With `take_run_lease_for` (a lease holder), the same write also takes the run's lease when
+    the run is running and the lease free or lapsed; the run comes back leased, else None.
+    """
+    fields = {
+        "result": result,
+        "error": error,
+        "attempt_limit": attempt_limit or step.attempt_limit,
+    }
+    if not on_postgresql():
+        timer = _clocked(None, wake_in_ms).get("wake_at")
+        move_step(
+            step,
+            target,
+            expected=[StepStatus.RUNNING],
+            lease_expires_at=None,
+            wake_at=timer,
+            **fields,
+        )
+        return None
+    params = _outcome_params(step, target, fields, wake_in_ms)
+    leased, moved, wake_at = None, False, None
+    if take_run_lease_for is None:
+        row = _fetch_one("record_step_outcome", params)
+        moved, wake_at = row is not None, row[0] if row else None
+    else:
+        params |= {"lease_holder": take_run_lease_for, "run_running": RunStatus.RUNNING}
+        params["run_lease_seconds"] = pikku_settings.RUN_LEASE_SECONDS
+        sql = STATEMENTS["record_step_outcome_taking_run_lease"]
+        run = next(iter(WorkflowRun.objects.raw(sql, params)))
+        moved, wake_at = bool(run.step_moved), run.step_wake_at  # type: ignore[attr-defined]
+        leased = run if run.pk is not None else None
+    if not moved:
+        _raise_refused(step, target)
+    step.status, step.lease_expires_at, step.wake_at = target, None, wake_at
+    for name, value in fields.items():
+        setattr(step, name, value)
+    return leased
+
+
+def _outcome_params(
+    step: WorkflowStep, target: str, fields: dict[str, Any], wake_in_ms: int | None
+) -> dict[str, Any]:
+    json_field = WorkflowStep._meta.get_field("result")
+    return {
+        "step_id": step.pk,
+        "attempt": step.attempt,
+        "sources": [StepStatus.RUNNING],
+        "status": target,
+        "result": json_field.get_db_prep_save(fields["result"], connection),
+        "error": json_field.get_db_prep_save(fields["error"], connection),
+        "attempt_limit": fields["attempt_limit"],
+        "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,
+        **history_stamps(target, timezone.now()),
+    }
+
+
+def claim_queued_step(
+    run_id: Any, step_key: str, function_names: Iterable[str]
+) -> WorkflowStep | None:
+    """A worker's claim of a pending or scheduled step of a running run whose function it has:
+    running under a fresh lease, in one statement (PostgreSQL). The step comes back with a
+    `started_by_name` attribute; None when nothing matched (or not on PostgreSQL): the general
+    claim (`attempts.claim_next_attempt`) decides why."""
+    if not on_postgresql():
+        return None
+    sources = step_sources(StepStatus.RUNNING) & {StepStatus.PENDING, StepStatus.SCHEDULED}
+    params = {
+        "run_id": run_id,
+        "run_running": RunStatus.RUNNING,
+        "running": StepStatus.RUNNING,
+        "lease_seconds": pikku_settings.STEP_LEASE_SECONDS,
+        "step_key": step_key,
+        "sources": sorted(sources),
+        "function_names": list(function_names),
+        "running_at": timezone.now(),
+    }
+    claimed = WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)
+    return next(iter(claimed), None)
 
 
 def move_step(
@@ -180,42 +334,13 @@ def move_step(
     new_attempt: bool = False,
     **fields: Any,
 ) -> None:
-    """Move `step` (as last read, fenced by its attempt) to `target`, with its history row.
-
-    `new_attempt` advances the attempt in the same guarded write, fencing out the previous
-    attempt's worker. `step` is updated in memory on success.
-    """
-    if fast_path_available() and not new_attempt and fast_path.plain(fields):
-        # One statement is its own transaction: no BEGIN/COMMIT round trips around it.
-        moved, _ = _move_step_fast(step, target, expected, fields)
-    else:
-        with transaction.atomic():
-            moved = move_step_txn(
-                step, target, expected=expected, new_attempt=new_attempt, **fields
-            )
+    """Move `step` (as last read, fenced by its attempt) to `target`, with its history row, in
+    one short transaction. `new_attempt` advances the attempt in the same guarded write,
+    fencing out the previous attempt's worker. `step` is updated in memory on success."""
+    with transaction.atomic():
+        moved = move_step_txn(step, target, expected=expected, new_attempt=new_attempt, **fields)
     if not moved:
         _raise_refused(step, target)
-
-
-def move_step_taking_run_lease(
-    step: WorkflowStep,
-    target: str,
-    lease_holder: str,
-    *,
-    expected: Iterable[str] | None = None,
-    **fields: Any,
-) -> WorkflowRun | None:
-    """`move_step`, and in the same statement take the run's lease for `lease_holder` when the
-    run is running and its lease free: the worker that records a step continues the pass at no
-    extra round trip. Returns the run as leased; None when the lease was not taken (held, or
-    no fast path here): the caller then orchestrates as usual."""
-    if not (fast_path_available() and fast_path.plain(fields)):
-        move_step(step, target, expected=expected, **fields)
-        return None
-    moved, run = _move_step_fast(step, target, expected, fields, lease_holder)
-    if not moved:
-        _raise_refused(step, target)
-    return run
 
 
 def move_step_txn(
@@ -226,88 +351,62 @@ def move_step_txn(
     new_attempt: bool = False,
     **fields: Any,
 ) -> bool:
-    """Inside a transaction: `move_step` without raising; False (nothing written) when refused."""
+    """Inside a transaction: `move_step` without raising; False (nothing written) when refused.
+
+    Field values may be database expressions (a lease or timer on its clock); they are read
+    back into `step` after the write.
+    """
     assert transaction.get_connection().in_atomic_block
     allowed = step_sources(target)
     if not new_attempt:
         # running -> running is only a re-claim (a new attempt); as a plain move it would let
         # two claimers of the same attempt both win (the second re-reads `running` and matches).
         allowed -= {target}
-    sources = _checked_sources("step", target, allowed, expected)
+    sources = checked_sources("step", target, allowed, expected)
     guarded = WorkflowStep.objects.filter(pk=step.pk, attempt=step.attempt, status__in=sources)
     changes = {"status": target, "updated_at": DatabaseNow(), **fields}
     if new_attempt:
         changes["attempt"] = F("attempt") + 1
     if not guarded.update(**changes):
         return False
-    history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
+    outcome: dict[str, Any] = {key: fields[key] for key in ("result", "error") if key in fields}
     if new_attempt:
-        history = WorkflowStepHistory(step_id=step.pk, attempt=step.attempt + 1, status=target)
-        for key, value in history_values.items():
-            setattr(history, key, value)
-        if target != StepStatus.PENDING:
-            setattr(history, HISTORY_TIMESTAMP[target], timezone.now())
-        history.save(force_insert=True)
-        # Only now: if the insert fails the transaction rolls back, and `step` must still match.
-        step.attempt = history.attempt
+        _open_attempt_txn(step, target, outcome)
     else:
-        _record_history(step, target, history_values)
+        _stamp_attempt_txn(step, target, outcome)
     step.status = target
-    for key, value in fields.items():
-        if not hasattr(value, "resolve_expression"):
-            setattr(step, key, value)
+    _apply(step, fields)
     return True
 
 
-def _move_step_fast(
-    step: WorkflowStep,
-    target: str,
-    expected: Iterable[str] | None,
-    fields: dict[str, Any],
-    lease_holder: str | None = None,
-) -> tuple[bool, WorkflowRun | None]:
-    sources = _checked_sources("step", target, step_sources(target) - {target}, expected)
-    history_values: dict[str, Any] = {k: fields[k] for k in ("result", "error") if k in fields}
-    history_values["status"] = target
-    history_values[HISTORY_TIMESTAMP[target]] = timezone.now()
-    step_values = {"status": target, **fields}
-    leased = None
-    if lease_holder is None:
-        moved, history_found = fast_path.update_step_fenced(
-            step, sources, step_values, history_values
-        )
-    else:
-        moved, history_found, leased = fast_path.update_step_fenced_taking_lease(
-            step,
-            sources,
-            step_values,
-            history_values,
-            lease_holder,
-            pikku_settings.RUN_LEASE_SECONDS,
-        )
-    if not moved:
-        return False, None
-    if not history_found:
-        with transaction.atomic():
-            _record_history(
-                step, target, {k: fields[k] for k in ("result", "error") if k in fields}
-            )
-    step.status = target
-    for key, value in fields.items():
-        setattr(step, key, value)
-    return True, leased
+def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
+    history = WorkflowStepHistory(
+        step_id=step.pk, attempt=step.attempt + 1, status=target, **outcome
+    )
+    if target != StepStatus.PENDING:
+        setattr(history, HISTORY_TIMESTAMP[target], timezone.now())
+    history.save(force_insert=True)
+    # Only now: if the insert fails the transaction rolls back, and `step` must still match.
+    step.attempt = history.attempt
 
 
-def _record_history(step: WorkflowStep, target: str, values: dict[str, Any]) -> None:
-    # History times come from the application clock, like the rows' created_at.
-    changes = {"status": target, HISTORY_TIMESTAMP[target]: timezone.now(), **values}
-    if target == StepStatus.PENDING:
-        del changes["created_at"]
-    if not WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(
-        **changes
-    ):
-        # A crash between two writes in an older version left no row for this attempt: repair it.
-        WorkflowStepHistory.objects.create(step_id=step.pk, attempt=step.attempt, **changes)
+def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
+    changes = {"status": target, **outcome}
+    if target != StepStatus.PENDING:
+        changes[HISTORY_TIMESTAMP[target]] = timezone.now()
+    WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(**changes)
+
+
+def _apply(step: WorkflowStep, fields: dict[str, Any]) -> None:
+    """Copy the written values into `step`; read back those the database computed."""
+    computed = []
+    for name, value in fields.items():
+        if hasattr(value, "resolve_expression"):
+            computed.append(name)
+        else:
+            setattr(step, name, value)
+    if computed:
+        step.refresh_from_db(fields=computed)
 
 
 def _raise_refused(step: WorkflowStep, target: str) -> None:

@@ -16,10 +16,10 @@ from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.engine.claims import claim_due_timers, claim_step
-from pikku_workflows.engine.execution import record_outcome
+from pikku_workflows.engine.attempts import Outcome, claim_next_attempt, record_outcome
 from pikku_workflows.engine.leases import release_step_leases, renew_leases
 from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.timers import claim_due_timers
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.retry import RetryPolicy
@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 THREADS = 8
 ROUNDS = 3
 STEP_TABLE = WorkflowStep._meta.db_table
+RUN_TABLE = WorkflowRun._meta.db_table
 
 
 class BodyLog:
@@ -131,12 +132,16 @@ def test_claim_step__racing_claims_of_a_failed_step_open_one_attempt(body_log, r
     tasks.execute_step(str(step.run_id), "slow")
     assert reread(step).status == StepStatus.FAILED
 
-    outcomes = race([lambda _: claim_step(step.run_id, "slow")] * THREADS)
+    outcomes = race([lambda _: claim_next_attempt(step.run_id, "slow")] * THREADS)
 
-    claimed = [outcome for outcome in outcomes if outcome != (None, False)]
+    claimed = [outcome for outcome in outcomes if outcome.claimed]
     assert len(claimed) == 1, outcomes
-    winner, exhausted = claimed[0]
-    assert (winner.status, winner.attempt, exhausted) == (StepStatus.RUNNING, 2, False)
+    winner = claimed[0]
+    assert (winner.step.status, winner.step.attempt, winner.expired) == (
+        StepStatus.RUNNING,
+        2,
+        False,
+    )
     stored = reread(step)
     assert (stored.status, stored.attempt) == (StepStatus.RUNNING, 2)
     assert [(attempt, status) for attempt, status, _ in history(step)] == [
@@ -150,8 +155,8 @@ def stale_and_current_attempts(input: dict) -> tuple[WorkflowStep, WorkflowStep]
     (what recovery does when a worker stalls): both claimers still hold their step object."""
     step = scheduled_step(input)
     with override_settings(PIKKU_WORKFLOWS={"STEP_LEASE_SECONDS": 0}):
-        stale, _ = claim_step(step.run_id, "slow")
-    current, _ = claim_step(step.run_id, "slow")
+        stale = claim_next_attempt(step.run_id, "slow").step
+    current = claim_next_attempt(step.run_id, "slow").step
     assert stale is not None and current is not None
     assert (stale.attempt, current.attempt) == (1, 2)
     return stale, current
@@ -170,7 +175,7 @@ def test_record_outcome__racing_stale_and_current_writes_only_current_lands(body
             writers.append(("stale", stale, outcomes_of_stale[index % 4 // 2]))
 
     def write(writer: tuple[str, WorkflowStep, tuple[bool, Any]]) -> Callable[[Any], Any]:
-        return lambda _: record_outcome(copy.deepcopy(writer[1]), writer[2], policy)
+        return lambda _: record_outcome(copy.deepcopy(writer[1]), Outcome(*writer[2]), policy)
 
     outcomes = race([write(writer) for writer in writers])
 
@@ -279,7 +284,8 @@ def _locking_selects(context: CaptureQueriesContext) -> list[str]:
     return [
         query["sql"]
         for query in context.captured_queries
-        if query["sql"].startswith("SELECT") and "FOR UPDATE" in query["sql"]
+        if query["sql"].startswith("SELECT")
+        and (" FOR UPDATE" in query["sql"] or " FOR NO KEY UPDATE" in query["sql"])
     ]
 
 
@@ -287,13 +293,13 @@ def test_claim_step__sql_waits_briefly_on_the_one_step_row(body_log):
     step = scheduled_step({})
 
     with CaptureQueriesContext(connection) as context:
-        claimed, _ = claim_step(step.run_id, "slow")
+        claimed = claim_next_attempt(step.run_id, "slow").step
 
     assert claimed is not None
     statements = [query["sql"] for query in context.captured_queries]
     [select] = _locking_selects(context)
     # Waits (bounded by lock_timeout) rather than skipping: a skipped row could drop the message.
-    assert f'FOR UPDATE OF "{STEP_TABLE}"' in select
+    assert f'FOR NO KEY UPDATE OF "{STEP_TABLE}", "{RUN_TABLE}"' in select
     assert "SKIP LOCKED" not in select
     assert "NOWAIT" not in select
     lock_timeout = [sql for sql in statements if "lock_timeout" in sql]

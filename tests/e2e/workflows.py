@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,15 @@ def nap(wf: pw.Workflow, input: dict[str, Any]) -> str:
 @pw.workflow("e2e.crash")
 def crash(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     return wf.do("slow", "e2e.slow", input, retries=2, retry_delay="100ms")
+
+
+@pw.step_function("e2e.die")
+def die(data: dict[str, Any], ctx: pw.StepContext) -> None:
+    """An in-process step that kills the process running it, on every attempt."""
+    record_attempt(data["log"], ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pw.workflow("e2e.doomed")
+def doomed(wf: pw.Workflow, input: dict[str, Any]) -> None:
+    wf.do("die", "e2e.die", input, retries=1)

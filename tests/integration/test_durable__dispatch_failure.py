@@ -20,7 +20,7 @@ from tests.queue import drain_queue, queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-NOTHING = {"timers": 0, "lapsed": 0, "relayed": 0, "stalled": 0}
+NOTHING = {"timers": 0, "lapsed": 0, "relayed": 0, "lapsed_runs": 0, "stalled": 0}
 
 
 class Broker:

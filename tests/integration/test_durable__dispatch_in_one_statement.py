@@ -10,7 +10,7 @@ from django_q.models import OrmQ
 import pikku_workflows as pw
 from pikku_workflows import tasks
 from pikku_workflows.dispatch import step_message
-from pikku_workflows.engine import execution
+from pikku_workflows.engine import queued
 from pikku_workflows.engine.leases import acquire_run_lease, request_rerun
 from pikku_workflows.engine.transitions import create_dispatched_step
 from pikku_workflows.exceptions import RunInterrupted
@@ -99,7 +99,7 @@ def test_dispatch__a_pass_that_lost_the_lease_writes_no_step_and_no_message(pass
 
 
 def test_dispatch__with_the_queue_elsewhere_enqueues_then_marks_scheduled(passes, monkeypatch):
-    monkeypatch.setattr(execution, "queue_in_engine_database", lambda: False)
+    monkeypatch.setattr(queued, "queue_in_engine_database", lambda: False)
     run_id = start({"amount": 3})
 
     step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")

@@ -12,8 +12,9 @@ from django.db import connection
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
+from pikku_workflows.engine.recovery import run_timer_loop
 from pikku_workflows.engine.replay import ReplayPass
-from pikku_workflows.engine.timers import fire_due_timers, run_timer_loop
+from pikku_workflows.engine.timers import fire_due_timers
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks
@@ -164,8 +165,8 @@ def test_fire_due_timers__racing_a_pass_that_ends_the_same_sleep(attempts, monke
     real_begin = ReplayPass.begin
     fired: list[int] = []
 
-    def begin_while_the_timer_fires(*args):
-        replay = real_begin(*args)  # the pass has read the sleep: scheduled, due
+    def begin_while_the_timer_fires(*args, **kwargs):
+        replay = real_begin(*args, **kwargs)  # the pass has read the sleep: scheduled, due
         fired.append(fire_due_timers())  # ...and the timer loop ends it meanwhile
         return replay
 

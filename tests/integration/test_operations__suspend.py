@@ -145,6 +145,7 @@ def test_suspend_run__without_a_reason_says_an_operator_did_it(calls):
     assert load_run(run_id).error == {
         "code": "WORKFLOW_SUSPENDED",
         "message": "Suspended by an operator.",
+        "type": "pikku_workflows.exceptions.WorkflowSuspended",
     }
     assert WorkflowAuditEntry.objects.get(run_id=run_id).user is None
 

@@ -7,10 +7,10 @@ from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from pikku_workflows.engine.transitions import HISTORY_TIMESTAMP, move_step
+from pikku_workflows.engine.transitions import move_step
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
-from pikku_workflows.status import StepStatus
+from pikku_workflows.status import HISTORY_TIMESTAMP, StepStatus
 from tests.factories import WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -254,29 +254,6 @@ def test_move_step__updated_at_changes_on_every_guarded_update():
         move_step(step, target, new_attempt=new_attempt)
 
         assert _fresh(step).updated_at > stale + timedelta(minutes=59), target
-
-
-def test_move_step__missing_history_row_for_the_attempt_is_repaired():
-    step = WorkflowStepFactory(status=StepStatus.PENDING, history=False)
-    assert _history(step) == []
-
-    move_step(step, StepStatus.RUNNING)
-
-    row = WorkflowStepHistory.objects.get(step_id=step.pk)
-    assert (row.attempt, row.status) == (1, StepStatus.RUNNING)
-    assert _stamped(row) == {"running_at"}
-
-
-def test_move_step__missing_history_row_repaired_with_result():
-    step = WorkflowStepFactory(status=StepStatus.RUNNING, attempt=2, history=False)
-    WorkflowStepHistory.objects.create(step=step, attempt=1, status=StepStatus.FAILED)
-
-    move_step(step, StepStatus.SUCCEEDED, result=[1, 2])
-
-    assert _history(step) == [
-        (1, StepStatus.FAILED, None, None),
-        (2, StepStatus.SUCCEEDED, [1, 2], None),
-    ]
 
 
 def test_move_step__history_failure_rolls_back_the_step_update():

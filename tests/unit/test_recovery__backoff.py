@@ -113,3 +113,17 @@ def test_allow__hold_and_cap_come_from_settings(first, maximum, expected):
     gaps = [later - earlier for earlier, later in itertools.pairwise(allowed_at)]
 
     assert gaps[: len(expected)] == expected
+
+
+def test_allow__a_run_that_progressed_since_its_last_relay_starts_afresh():
+    clock = FakeClock()
+    backoff = RedispatchBackoff(clock=clock)
+    for _ in range(4):  # stuck at one point: holds of 30, 60, 120, 240 s
+        clock.now += 1000
+        assert backoff.allow("run-a", progress="step 3 at 10:00")
+
+    clock.now += 1
+    assert backoff.allow("run-a", progress="step 3 at 10:00") is False  # held 240 s now
+    assert backoff.allow("run-a", progress="step 4 at 10:40") is True  # it moved on since
+    clock.now += 30
+    assert backoff.allow("run-a", progress="step 4 at 10:40") is True  # back to the first hold

@@ -6,6 +6,7 @@ import math
 import uuid
 
 import pytest
+from django.test import override_settings
 
 from pikku_workflows.serialization import NotStorableJson, round_trip
 
@@ -100,3 +101,38 @@ def test_round_trip__error_is_a_value_error_chained_to_its_cause():
         round_trip(object())
     assert isinstance(caught.value, NotStorableJson)
     assert isinstance(caught.value.__cause__, TypeError)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\ud800", "ok \udfff", ["\udc00"], {"key": "\ud83d"}, {"\ud800": "value"}],
+)
+def test_round_trip__lone_surrogates_rejected_in_strings_and_keys(value):
+    # jsonb refuses them ("Unicode low surrogate must follow a high surrogate").
+    with pytest.raises(NotStorableJson, match="surrogate"):
+        round_trip(value)
+
+
+def test_round_trip__a_surrogate_pair_is_an_ordinary_character():
+    assert round_trip("\ud83d\ude00") == "\U0001f600"
+
+
+def test_round_trip__values_nested_too_deeply_are_rejected_not_a_recursion_error():
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(NotStorableJson, match="nested"):
+        round_trip(deep)
+
+
+def test_round_trip__values_over_max_payload_bytes_are_rejected():
+    with override_settings(PIKKU_WORKFLOWS={"MAX_PAYLOAD_BYTES": 100}):
+        assert round_trip("x" * 90) == "x" * 90
+        with pytest.raises(NotStorableJson, match="100 bytes"):
+            round_trip({"text": "x" * 100})
+
+
+def test_round_trip__the_default_limit_is_ten_megabytes():
+    round_trip("é" * 4_000_000)  # 8 MB of UTF-8
+    with pytest.raises(NotStorableJson, match="10000000 bytes"):
+        round_trip("x" * 10_000_001)

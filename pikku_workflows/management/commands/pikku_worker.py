@@ -33,7 +33,7 @@ class Command(BaseCommand):
         from django_q.cluster import Cluster
         from django_q.conf import Conf
 
-        from pikku_workflows.engine.timers import run_timer_loop
+        from pikku_workflows.engine.recovery import run_timer_loop
         from pikku_workflows.worker_process import arrange_forked_children
 
         if workers:

@@ -1,16 +1,20 @@
-"""The status summary of a run (DESIGN §7): what each step did and what the run waits on."""
+"""What a run looks like from outside, read only: its status summary (DESIGN §7: what each step
+did, what the run waits on), its timeline (every attempt's events and operator actions, in
+order) and its state at any point of that timeline (the pure folds are in `time_travel`).
+"""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from django.db.models import Prefetch
-from django.utils import timezone
+from django.db.models import F, Prefetch
 
 from ..exceptions import RunNotFound
-from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
-from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from ..time_travel import build_timeline, state_at
+from .replay import lease_lapsed
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -29,6 +33,7 @@ def get_run_status(run_id: Any) -> dict[str, Any]:
         raise RunNotFound(run_id)
     steps = list(
         WorkflowStep.objects.filter(run_id=run.pk)
+        .with_clock()
         .order_by("created_at", "step_key")
         .prefetch_related(
             Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
@@ -92,14 +97,62 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
     if step.status == StepStatus.WAITING and step.child_run_id:
         return {"kind": "child", "child_run_id": str(step.child_run_id)}
-    if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == "sleep":
+    if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == StepKind.SLEEP:
         return {"kind": "timer", "until": step.wake_at.isoformat()}
     if step.status == StepStatus.FAILED and step.wake_at and step.attempt < step.attempt_limit:
         at = step.wake_at.isoformat()
         return {"kind": "retry", "attempt": step.attempt + 1, "at": at, "until": at}
     if step.status == StepStatus.RUNNING and step.lease_expires_at:
-        kind = "lease" if step.lease_expires_at < timezone.now() else "step"
+        kind = "lease" if lease_lapsed(step) else "step"
         return {"kind": kind, "lease_expires_at": step.lease_expires_at.isoformat()}
     if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
         return {"kind": "step"}
     return None
+
+
+HISTORY_COLUMNS = ("attempt", "status", "result", "error", *HISTORY_TIMESTAMP.values())
+
+
+def get_run_timeline(run_id: Any) -> list[dict[str, Any]]:
+    """`[{seq, at, step_key, attempt, event, ...}]`, ordered; see `time_travel` for the keys."""
+    pk = run_pk(run_id)
+    if not WorkflowRun.objects.filter(pk=pk).exists():
+        raise RunNotFound(run_id)
+    return _timeline(pk)
+
+
+def reconstruct_run_state(run_id: Any, at: Any = None) -> dict[str, Any]:
+    """The run as it stood at `at` (a seq or a datetime, inclusive; default: the last event):
+    `{seq, at, phase, steps: {key: {status, attempt, result, error}}, path, results}`."""
+    pk = run_pk(run_id)
+    status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
+    if status is None:
+        raise RunNotFound(run_id)
+    return state_at(_timeline(pk), at, run_status=status)
+
+
+def _timeline(pk: uuid.UUID) -> list[dict[str, Any]]:
+    # Rows in step creation order, so events tied on time, lifecycle and attempt keep it.
+    history = (
+        WorkflowStepHistory.objects.filter(step__run_id=pk)
+        .order_by("step__created_at", "step__step_key", "attempt")
+        .values(
+            *HISTORY_COLUMNS,
+            step_key=F("step__step_key"),
+            from_step_key=F("step__from_step_key"),
+        )
+    )
+    entries = (
+        WorkflowAuditEntry.objects.filter(run_id=pk)
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
+    audit = [
+        {
+            "action": entry.action,
+            "user": entry.user.get_username() if entry.user else None,
+            "created_at": entry.created_at,
+        }
+        for entry in entries
+    ]
+    return build_timeline(history, audit)

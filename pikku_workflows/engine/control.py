@@ -1,8 +1,10 @@
-"""Operator actions on runs: cancel, suspend, resume, retry and fork (DESIGN §2, issue 6).
+"""Operator control of runs: cancel, suspend, resume, retry and fork, each audited; and the
+rules of which statuses each accepts, which the admin and the API offer from (DESIGN §4.7).
 
-Each checks the run's status: an illegal move is `InvalidTransition` with nothing written; a
-target status that already holds is a quiet success that writes nothing; otherwise the status
-change and one `WorkflowAuditEntry` commit together, and queue messages go out after the commit.
+Each checks its arguments, then the run's status: an illegal move is `InvalidTransition` with
+nothing written; a target status that already holds is a quiet success that writes nothing;
+otherwise the status change and one `WorkflowAuditEntry` commit together, and queue messages go
+out after the commit (a refused one is logged; recovery relays the run).
 """
 
 from __future__ import annotations
@@ -17,13 +19,23 @@ from django.db import transaction
 from django.db.models import F
 
 from ..dispatch import enqueue_orchestration
-from ..exceptions import InvalidInput, InvalidTransition, RunNotFound, WorkflowDispatchException
+from ..exceptions import (
+    InvalidInput,
+    InvalidTransition,
+    RunNotFound,
+    WorkflowCancelled,
+    WorkflowDispatchException,
+    WorkflowSuspended,
+)
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from ..querysets import DatabaseNow
+from ..serialization import describe_error
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from ..validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from . import children
-from .runs import create_run_row
-from .summary import get_run_status, run_pk
+from .reads import get_run_status, run_pk
+from .run_rows import create_run_row
+from .runs import checked_user
 from .timers import dispatch_woken
 from .transitions import create_step_txn, move_run, move_step_txn
 
@@ -38,17 +50,29 @@ COMPENSATION_SUFFIX = ":onError"
 
 @dataclass(frozen=True)
 class Rule:
-    """An operation's status rule: it moves a run from one of `sources` to `target`."""
+    """An operation's status rule: it takes a run in one of `sources` to `target` (None: the
+    run keeps its status, as a fork's source does). `past` words its outcome ("cancelled")."""
 
     action: str
-    target: str
+    target: str | None
     sources: frozenset[str]
+    past: str
+
+    @property
+    def requirement(self) -> str:
+        """The rule in words, for a refusal: "only running or suspended runs can be cancelled"."""
+        statuses = " or ".join(status for status in RunStatus.values if status in self.sources)
+        return f"only {statuses} runs can be {self.past}"
 
 
-CANCEL = Rule("cancel", RunStatus.CANCELLED, frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}))
-SUSPEND = Rule("suspend", RunStatus.SUSPENDED, frozenset({RunStatus.RUNNING}))
-RESUME = Rule("resume", RunStatus.RUNNING, frozenset({RunStatus.SUSPENDED}))
-RETRY = Rule("retry", RunStatus.RUNNING, frozenset({RunStatus.FAILED}))
+CANCEL = Rule(
+    "cancel", RunStatus.CANCELLED, frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}), "cancelled"
+)
+SUSPEND = Rule("suspend", RunStatus.SUSPENDED, frozenset({RunStatus.RUNNING}), "suspended")
+RESUME = Rule("resume", RunStatus.RUNNING, frozenset({RunStatus.SUSPENDED}), "resumed")
+RETRY = Rule("retry", RunStatus.RUNNING, frozenset({RunStatus.FAILED}), "retried")
+FORK = Rule("fork", None, TERMINAL_RUN_STATUSES, "forked")
+OPERATION_RULES = {rule.action: rule for rule in (CANCEL, SUSPEND, RESUME, RETRY, FORK)}
 
 # apply_txn(run pk, status before) does the operation's writes inside the transaction.
 Apply = Callable[[uuid.UUID, str], None]
@@ -60,7 +84,7 @@ def cancel_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, An
     A step already running finishes and its result is recorded, but the run does not advance:
     every later write of the pass is guarded on the run being `running`.
     """
-    pk = run_pk(run_id)
+    pk, reason, by = _checked(run_id, reason, by)
     if _operate(pk, CANCEL, lambda pk, before: _cancel_txn(pk, before, reason, by)):
         # A run cancelled on its own (not with its parent) ends its parent's step like a
         # failure would, so the parent is not left waiting on it forever.
@@ -70,8 +94,8 @@ def cancel_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, An
 
 def suspend_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, Any]:
     """Suspend a running run: it starts nothing new until resumed; running steps finish."""
-    pk = run_pk(run_id)
-    error = {"code": "WORKFLOW_SUSPENDED", "message": reason or "Suspended by an operator."}
+    pk, reason, by = _checked(run_id, reason, by)
+    error = _operator_error(WorkflowSuspended(reason or "Suspended by an operator."))
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
         move_run(pk, RunStatus.SUSPENDED, expected=[before], error=error)
@@ -84,7 +108,7 @@ def suspend_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, A
 def resume_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
     """Move a suspended run (by an operator, `wf.suspend` or RPC_NOT_FOUND) back to running and
     enqueue a pass; a running run is left as is."""
-    pk = run_pk(run_id)
+    pk, reason, by = _checked(run_id, reason, by)
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
         move_run(pk, RunStatus.RUNNING, expected=[before], error=None)
@@ -101,7 +125,7 @@ def resume_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, An
 def retry_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
     """Give a failed run's exhausted steps a fresh budget of `retries + 1` attempts and run it
     again; steps that succeeded are not re-run. A running run is left as is."""
-    pk = run_pk(run_id)
+    pk, reason, by = _checked(run_id, reason, by)
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
         move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None)
@@ -121,12 +145,13 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
     a workflow body in the web process) and linked by `forked_from`; the audit row goes on the
     source.
     """
-    pk = run_pk(run_id)
+    pk, reason, by = _checked(run_id, reason, by)
+    checked_text(from_step, "from_step", max_length=KEY_MAX_LENGTH)
     source = WorkflowRun.objects.filter(pk=pk).first()
     if source is None:
         raise RunNotFound(run_id)
-    if source.status not in TERMINAL_RUN_STATUSES:
-        raise InvalidTransition(f"run {pk} (fork)", source.status, "forked")
+    if source.status not in FORK.sources:
+        raise InvalidTransition(f"run {pk} (fork)", source.status, FORK.past)
     reused = _steps_before(pk, from_step)
     with transaction.atomic():
         fork = create_run_row(
@@ -134,7 +159,7 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
             source.input,
             inline=False,
             forked_from_id=pk,
-            started_by_id=by.pk if _user(by) is not None else source.started_by_id,
+            started_by_id=by.pk if by is not None else source.started_by_id,
             subject_type_id=source.subject_type_id,
             subject_id=source.subject_id,
         )
@@ -155,6 +180,17 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
     return str(fork.pk)
 
 
+def _checked(run_id: Any, reason: Any, by: Any) -> tuple[uuid.UUID, str, Any]:
+    """The run's key, the reason and the acting user, each checked before anything is read."""
+    pk = run_pk(run_id)
+    checked_text(reason, "The reason", max_length=REASON_MAX_LENGTH, allow_empty=True)
+    return pk, reason, checked_user(by, "by")
+
+
+def _operator_error(why: Exception) -> dict[str, Any]:
+    return describe_error(why, traceback=False)
+
+
 def _operate(pk: uuid.UUID, rule: Rule, apply_txn: Apply) -> bool:
     """Apply `rule` to the run: True when it changed, False when the target already held."""
     for _ in range(OPERATION_TRIES):
@@ -162,7 +198,7 @@ def _operate(pk: uuid.UUID, rule: Rule, apply_txn: Apply) -> bool:
         if before == rule.target:
             return False
         if before not in rule.sources:
-            raise InvalidTransition(f"run {pk} ({rule.action})", before, rule.target)
+            raise InvalidTransition(f"run {pk} ({rule.action})", before, rule.target or "")
         try:
             with transaction.atomic():
                 apply_txn(pk, before)
@@ -172,7 +208,7 @@ def _operate(pk: uuid.UUID, rule: Rule, apply_txn: Apply) -> bool:
             # (decide again), or the refusal is about something else (let it through).
             if _status_of(pk) == before:
                 raise
-    raise InvalidTransition(f"run {pk} ({rule.action})", _status_of(pk), rule.target)
+    raise InvalidTransition(f"run {pk} ({rule.action})", _status_of(pk), rule.target or "")
 
 
 def _status_of(pk: uuid.UUID) -> str:
@@ -183,25 +219,26 @@ def _status_of(pk: uuid.UUID) -> str:
 
 
 def _audit(
-    pk: uuid.UUID, action: str, before: str, after: str, by: Any, reason: str, **payload: Any
+    pk: uuid.UUID,
+    action: str,
+    before: str,
+    after: str | None,
+    by: Any,
+    reason: str,
+    **payload: Any,
 ) -> None:
     WorkflowAuditEntry.objects.create(
         run_id=pk,
         action=action,
-        user=_user(by),
-        reason=reason or "",
+        user=by,
+        reason=reason,
         payload={"status_before": before, "status_after": after, **payload},
     )
 
 
-def _user(by: Any) -> Any:
-    # An AnonymousUser (pk None) is nobody the audit trail can point at.
-    return by if getattr(by, "pk", None) is not None else None
-
-
 def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
     """Cancel one run and, depth first, its live children; every run gets its own audit row."""
-    error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Cancelled by an operator."}
+    error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
     move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
     disarmed = _disarm_timers_txn(pk)
     cancelled = _cancel_children_txn(pk, reason, by)
@@ -299,7 +336,7 @@ def _steps_before(pk: uuid.UUID, from_step: Any) -> list[WorkflowStep]:
     """The succeeded steps recorded before `from_step`, in the order the source created them."""
     steps = list(WorkflowStep.objects.filter(run_id=pk).order_by("created_at", "step_key"))
     keys = [step.step_key for step in steps]
-    if not isinstance(from_step, str) or from_step not in keys:
+    if from_step not in keys:
         raise InvalidInput(
             f"Run {pk} has no step {from_step!r} to fork from; its steps are {keys}."
         )

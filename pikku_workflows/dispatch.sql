@@ -1,0 +1,12 @@
+-- The queue's side of the engine's one-statement dispatch (engine/transitions.sql composes it
+-- in): django-q2's ORM queue table, written as its ORM broker writes it.
+
+-- name: queue_message
+-- (fragment) CTE `queue_message`: the message %(queue_payload)s for queue %(queue_key)s, once
+-- per row of the statement's CTE `dispatched`, announced on %(wake_channel)s at commit (an
+-- idle pusher of that queue wakes, as after the broker's own enqueue).
+queue_message AS (
+    INSERT INTO {queue} (key, payload, lock)
+    SELECT %(queue_key)s, %(queue_payload)s, %(queue_lock)s::timestamptz FROM dispatched
+    RETURNING id, pg_notify(%(wake_channel)s, %(queue_key)s)
+)

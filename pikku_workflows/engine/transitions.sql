@@ -1,0 +1,135 @@
+-- The PostgreSQL forms of the status changes a step makes on its hot paths, one statement (one
+-- round trip, its own commit) each. The ORM forms in transitions.py are the reference: same
+-- rows, same guards. Statuses come in as parameters (from status.py), never as literals.
+
+-- name: new_step_values
+-- (fragment) The values of a new step row (its parameters are the step's columns), in the
+-- order of `new_step_columns`.
+%(id)s::uuid, %(run_id)s::uuid, %(step_key)s, %(kind)s, %(function_name)s, %(data)s::jsonb,
+%(status)s, %(result)s::jsonb, %(error)s::jsonb, %(attempt)s::integer,
+%(attempt_limit)s::integer, %(retries)s::integer, %(retry_delay)s, %(timeout_ms)s::integer,
+%(from_step_key)s, %(child_run_id)s::uuid, %(branch_taken)s, %(copied)s::boolean,
+-- A lease and a timer are set on the database clock (NULL seconds: none).
+clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
+clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
+%(created_at)s::timestamptz, %(created_at)s::timestamptz
+
+-- name: new_step_columns
+-- (fragment) The columns `new_step_values` fills.
+id, run_id, step_key, kind, function_name, data, status, result, error, attempt, attempt_limit,
+retries, retry_delay, timeout_ms, from_step_key, child_run_id, branch_taken, copied,
+lease_expires_at, wake_at, created_at, updated_at
+
+-- name: first_history_row
+-- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
+-- stamped at the step's creation for its status.
+history AS (
+    INSERT INTO {history} (step_id, attempt, status, result, error, created_at, scheduled_at,
+        running_at, waiting_at, succeeded_at, failed_at)
+    SELECT id, attempt, status, result, error, created_at, %(scheduled_at)s::timestamptz,
+        %(running_at)s::timestamptz, %(waiting_at)s::timestamptz,
+        %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz
+    FROM new_step
+    RETURNING step_id
+)
+
+-- name: insert_step_in_run
+-- Insert a step and its first attempt's history row into a run this pass holds; returns the
+-- step's lease and timer, or no row (nothing written) once the run stopped running under it.
+WITH guard AS ({run_held_by_pass}),
+new_step AS (
+    INSERT INTO {step} ({new_step_columns})
+    SELECT {new_step_values} FROM guard
+    RETURNING id, attempt, status, result, error, created_at, lease_expires_at, wake_at
+),
+{first_history_row}
+SELECT lease_expires_at, wake_at FROM new_step
+
+-- name: insert_dispatched_step
+-- Insert a queued step straight into `scheduled` with its history row and its queue message
+-- (dispatch's `queue_message` fragment), and hand the run lease back unless a rerun was asked
+-- for: the message can never name an unwritten step. Returns whether the lease was released;
+-- no row (nothing written) once the run stopped running under the pass.
+WITH lease AS (
+    -- The guard and the release in one write: the run row stays locked until commit, so a
+    -- cancel waits, then finds the step.
+    UPDATE {run} SET
+        lease_holder = CASE WHEN rerun_requested THEN lease_holder END,
+        lease_expires_at = CASE WHEN rerun_requested THEN lease_expires_at END
+    WHERE id = %(run_id)s AND status = %(run_running)s AND lease_holder = %(lease_holder)s
+    RETURNING id, NOT rerun_requested AS released
+),
+new_step AS (
+    INSERT INTO {step} ({new_step_columns})
+    SELECT {new_step_values} FROM lease
+    RETURNING id, attempt, status, result, error, created_at
+),
+{first_history_row},
+dispatched AS (SELECT step_id FROM history),
+{queue_message}
+SELECT lease.released, (SELECT count(*) FROM queue_message) AS messages FROM lease
+
+-- name: step_outcome_ctes
+-- (fragment) CTEs `moved` (the step %(step_id)s to %(status)s, fenced by its attempt
+-- %(attempt)s and source statuses %(sources)s, a retry's timer on the database clock) and
+-- `history` (that attempt's row, stamped).
+moved AS (
+    UPDATE {step} SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s::jsonb,
+        attempt_limit = %(attempt_limit)s::integer, lease_expires_at = NULL,
+        wake_at = clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
+        updated_at = clock_timestamp()
+    WHERE id = %(step_id)s::uuid AND attempt = %(attempt)s::integer
+        AND status = ANY(%(sources)s)
+    RETURNING id, run_id, wake_at
+),
+history AS (
+    UPDATE {history} SET status = %(status)s, result = %(result)s::jsonb,
+        error = %(error)s::jsonb, succeeded_at = %(succeeded_at)s::timestamptz,
+        failed_at = %(failed_at)s::timestamptz
+    WHERE step_id = (SELECT id FROM moved) AND attempt = %(attempt)s::integer
+    RETURNING step_id
+)
+
+-- name: record_step_outcome
+-- Record an attempt's outcome on the step and its history row; returns the step's timer, or
+-- no row (nothing written) when a newer attempt owns the step.
+WITH {step_outcome_ctes}
+SELECT wake_at FROM moved
+
+-- name: record_step_outcome_taking_run_lease
+-- `record_step_outcome`, and once the step moved, take its run's lease for %(lease_holder)s if
+-- the run is running and the lease free or lapsed. One row: the run as leased (all NULL when
+-- not taken), whether the step moved, its timer.
+WITH {step_outcome_ctes},
+lease AS (
+    UPDATE {run} SET lease_holder = %(lease_holder)s, rerun_requested = false,
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(run_lease_seconds)s::float8),
+        updated_at = clock_timestamp()
+    WHERE id = (SELECT run_id FROM moved) AND status = %(run_running)s
+        AND (lease_holder IS NULL OR lease_expires_at < clock_timestamp())
+    RETURNING {run}.*
+)
+SELECT lease.*, (SELECT count(*) FROM moved) AS step_moved,
+    (SELECT wake_at FROM moved) AS step_wake_at
+FROM (SELECT 1) AS one LEFT JOIN lease ON true
+
+-- name: claim_queued_step
+-- A worker's claim of a queued step (pending or scheduled, %(sources)s; its function one this
+-- worker has) of a running run: running under a fresh lease on the database clock, its
+-- history row stamped. Returns the step and the run's starter, or no row.
+WITH guard AS ({run_running_held}),
+claimed AS (
+    UPDATE {step} SET status = %(running)s, wake_at = NULL, updated_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8)
+    -- Only a first claim of this attempt: a second claimer waits on the row another claim
+    -- holds, then re-checks the status and matches nothing.
+    WHERE run_id = (SELECT id FROM guard) AND step_key = %(step_key)s
+        AND status = ANY(%(sources)s) AND function_name = ANY(%(function_names)s)
+    RETURNING *
+),
+history AS (
+    UPDATE {history} SET status = %(running)s, running_at = %(running_at)s::timestamptz
+    WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
+    RETURNING step_id
+)
+SELECT claimed.*, (SELECT started_by FROM guard) AS started_by_name FROM claimed

@@ -1,0 +1,90 @@
+"""The `Workflow` handle a workflow body drives its run with (`wf`); every method is replay-safe.
+
+Whatever the engine's own statements meet while serving a call (a database error: a lock or
+statement timeout, a deadlock, a revoked permission; a queue that refuses a message) abandons
+the pass instead of reaching the body: a run is failed only by user code (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from django.db import Error as DatabaseError
+
+from ..exceptions import PassAbandoned, WorkflowDispatchException
+from .replay import ReplayPass
+from .steps import StepOptions, run_sleep, run_step, run_suspend
+
+
+@contextlib.contextmanager
+def engine_statements() -> Iterator[None]:
+    """Turn a failure of the engine's own statements into `PassAbandoned` (a BaseException the
+    body's `except Exception:` cannot swallow). User code inside (a step function) reports its
+    own errors as the step's outcome, so none of them reach here."""
+    try:
+        yield
+    except (DatabaseError, WorkflowDispatchException) as exc:
+        raise PassAbandoned(exc) from exc
+
+
+class Workflow:
+    """The handle a workflow body drives its run with; every method is replay-safe."""
+
+    def __init__(self, replay: ReplayPass) -> None:
+        self._replay = replay
+
+    @property
+    def run_id(self) -> str:
+        return str(self._replay.run.id)
+
+    @property
+    def name(self) -> str:
+        return self._replay.run.workflow
+
+    @property
+    def input(self) -> Any:
+        return self._replay.input
+
+    def do(
+        self,
+        key: str,
+        target: str | Callable[[], Any],
+        data: Any = None,
+        *,
+        retries: int | None = None,
+        retry_delay: int | str | timedelta | None = None,
+        on_error: str | None = None,
+        timeout: int | str | timedelta | None = None,
+    ) -> Any:
+        """Run a step once and return its (JSON round-tripped) result, recorded for replays.
+
+        `target` is a step function name, a workflow name (a child run) or a callable taking no
+        arguments. An exhausted step raises `StepFailed` here, which the body may catch.
+        """
+        options = StepOptions(retries, retry_delay, on_error, timeout)
+        with engine_statements():
+            return run_step(self._replay, key, target, data, options)
+
+    def sleep(self, key: str, duration: int | str | timedelta) -> None:
+        """A durable timer: `duration` is ms, "500ms|10s|5m|2h|1d|1w" or a timedelta."""
+        with engine_statements():
+            run_sleep(self._replay, key, duration)
+
+    def suspend(self, reason: str) -> None:
+        """Suspend the run until someone resumes it; a resumed run walks past this point."""
+        with engine_statements():
+            run_suspend(self._replay, reason)
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""
+        with engine_statements():
+            self._replay.set_state(key, value)
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The values set by `set_state` so far in this pass (the same on every replay)."""
+        return MappingProxyType(self._replay.state)
