@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -13,8 +12,8 @@ from typing import Any
 
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
+from .step_keys import RESERVED_KEY_CHARACTERS
 
-RESERVED_KEY_CHARACTERS = re.compile(r"[#:\[\]]")
 WORKFLOW_KIND_DSL = "dsl"
 
 
