@@ -1,0 +1,28 @@
+"""Graph workflows, the pure core: definitions (parse, validate, hash), input resolution and
+the planner. Nothing here touches the database; the engine runs what the planner decides."""
+
+from __future__ import annotations
+
+from .definition import (
+    GraphDefinition,
+    canonical_json,
+    definition_hash,
+    load_definition_file,
+    parse_definition,
+    read_definition_file,
+)
+from .nodes import GraphNode
+from .validation import definition_problems, function_problems, structure_problems
+
+__all__ = [
+    "GraphDefinition",
+    "GraphNode",
+    "canonical_json",
+    "definition_hash",
+    "definition_problems",
+    "function_problems",
+    "load_definition_file",
+    "parse_definition",
+    "read_definition_file",
+    "structure_problems",
+]
