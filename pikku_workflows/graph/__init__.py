@@ -11,12 +11,14 @@ from .definition import (
     parse_definition,
     read_definition_file,
 )
+from .inputs import Scope, resolve, resolve_node_input
 from .nodes import GraphNode
 from .validation import definition_problems, function_problems, structure_problems
 
 __all__ = [
     "GraphDefinition",
     "GraphNode",
+    "Scope",
     "canonical_json",
     "definition_hash",
     "definition_problems",
@@ -24,5 +26,7 @@ __all__ = [
     "load_definition_file",
     "parse_definition",
     "read_definition_file",
+    "resolve",
+    "resolve_node_input",
     "structure_problems",
 ]
