@@ -13,11 +13,18 @@ from .definition import (
 )
 from .inputs import Scope, resolve, resolve_node_input
 from .nodes import GraphNode
+from .planner import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan, plan
+from .snapshot import NodeState
 from .validation import definition_problems, function_problems, structure_problems
 
 __all__ = [
+    "GRAPH_MAX_VISITS",
+    "GRAPH_NODE_FAILED",
+    "Fire",
     "GraphDefinition",
     "GraphNode",
+    "NodeState",
+    "Plan",
     "Scope",
     "canonical_json",
     "definition_hash",
@@ -25,6 +32,7 @@ __all__ = [
     "function_problems",
     "load_definition_file",
     "parse_definition",
+    "plan",
     "read_definition_file",
     "resolve",
     "resolve_node_input",
