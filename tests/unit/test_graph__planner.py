@@ -271,6 +271,17 @@ def test_plan__a_forward_edge_from_a_revisited_node_fires_its_target_once():
     assert keys(after.fire) == ["b#1"]
 
 
+def test_plan__a_self_loop_revisits_the_node():
+    definition = graph({"poll": fn({"again": "poll", "ready": "use"}), "use": fn()})
+    answers = iter(["again", "again", "ready"])
+
+    driven = drive(definition, None, {"poll": lambda f: Branch(next(answers), f.key)})
+
+    assert driven.order == ["poll", "poll#1", "poll#2", "use"]
+    assert [f.from_key for f in driven.fired] == [None, "poll", "poll#1", "poll#2"]
+    assert driven.plan.output == {"use": "poll#2"}
+
+
 # --- dependencies ------------------------------------------------------------------------
 
 
@@ -350,6 +361,15 @@ def test_plan__pending_scheduled_running_and_waiting_are_in_flight():
 
     assert result.fire == () and not result.completed and result.failure is None
     assert result.in_flight == ("b", "c", "d", "e")
+
+
+def test_plan__a_row_no_node_made_still_counts_as_in_flight():
+    definition = graph({"a": fn()})
+
+    result = plan(definition, None, [step("a"), step("__suspend:maintenance", "pending")])
+
+    assert not result.completed
+    assert result.in_flight == ("__suspend:maintenance",)
 
 
 def test_plan__failed_with_attempts_left_is_in_flight_not_a_failure():
