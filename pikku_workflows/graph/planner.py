@@ -12,6 +12,7 @@ from .definition import GraphDefinition
 from .inputs import Scope, lookup, resolve, resolve_node_input
 from .keys import handler_key, instance_order, item_key, parse_instance_key, visit_key
 from .nodes import SEQUENTIAL, GraphNode
+from .references import Reference
 from .snapshot import NodeState, Snapshot
 
 GRAPH_NODE_FAILED = "GRAPH_NODE_FAILED"
@@ -121,7 +122,7 @@ class _Walk:
     def _evaluate(self, visit: _Visit) -> None:
         node = self.definition.nodes[visit.node]
         if node.for_each is not None:
-            self._evaluate_for_each(visit, node)
+            self._evaluate_for_each(visit, node, node.for_each)
             return
         step = self._recorded(visit)
         if step is None:
@@ -204,14 +205,13 @@ class _Walk:
         )
         self.queue.append(_Visit(target, first_key, default, forward=True))
 
-    def _evaluate_for_each(self, visit: _Visit, node: GraphNode) -> None:
+    def _evaluate_for_each(self, visit: _Visit, node: GraphNode, over: Reference) -> None:
         if self._waits_for_results(node):
             self.blocked.append(visit)
             return
-        assert node.for_each is not None
-        source = lookup(self._scope(), node.for_each)
+        source = lookup(self._scope(), over)
         if not isinstance(source, list):
-            self.failures.append(_not_a_list(node, source))
+            self.failures.append(_not_a_list(node.id, over, source))
             return
         items = self.snapshot.items.get(node.id, {})
         if all(i in items and items[i].succeeded for i in range(len(source))):
@@ -323,12 +323,9 @@ def _approval(node: GraphNode, scope: Scope) -> dict[str, Any] | None:
     return {**node.approval, "data": resolve(node.approval["data"], scope)}
 
 
-def _not_a_list(node: GraphNode, source: Any) -> dict[str, Any]:
-    assert node.for_each is not None
-    path = ".".join(node.for_each.path)
-    named = node.for_each.root + (f" path {path!r}" if path else "")
-    message = (
-        f"Graph node {node.id!r}: for_each needs a list, but {named} is "
-        f"{type(source).__name__ if source is not None else 'missing'}."
-    )
-    return _failure(INVALID_INPUT, message, node.id)
+def _not_a_list(node_id: str, over: Reference, source: Any) -> dict[str, Any]:
+    path = ".".join(over.path)
+    named = over.root + (f" path {path!r}" if path else "")
+    found = type(source).__name__ if source is not None else "missing"
+    message = f"Graph node {node_id!r}: for_each needs a list, but {named} is {found}."
+    return _failure(INVALID_INPUT, message, node_id)
