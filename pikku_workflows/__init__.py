@@ -30,7 +30,7 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
-from .registry import step_function, workflow
+from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
 
 if TYPE_CHECKING:
     from .engine.attempts import StepContext
@@ -87,6 +87,8 @@ __all__ = [
     "fork_run",
     "get_run_status",
     "get_run_timeline",
+    "graph_workflow",
+    "graph_workflow_from_file",
     "reconstruct_run_state",
     "recover",
     "resume_run",

@@ -1,12 +1,16 @@
-"""System checks for configurations that lose work, run it twice, or crawl."""
+"""System checks for configurations that lose work, run it twice, or crawl, and for graph
+workflows whose definition cannot run (every problem, one error each)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Warning, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
+
+from .graph.validation import structure_problems
+from .registry import graph_function_problems, registry
 
 
 @register()
@@ -67,4 +71,29 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="pikku_workflows.W005",
             )
         )
+    return problems
+
+
+@register()
+def check_graph_workflows(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E001: a graph definition problem; E002: a node naming an unregistered step function."""
+    problems: list[CheckMessage] = []
+    for name, definition in sorted(registry.workflows.items()):
+        if definition.graph is None:
+            continue
+        where = f"graph workflow {name!r}"
+        problems += [
+            Error(problem, obj=where, id="pikku_workflows.E001")
+            for problem in structure_problems(definition.graph.source)
+        ]
+        problems += [
+            Error(
+                problem,
+                hint="Register it with @pw.step_function in a workflows.py module, or list "
+                "its module in PIKKU_WORKFLOWS['MODULES'].",
+                obj=where,
+                id="pikku_workflows.E002",
+            )
+            for problem in graph_function_problems(definition.graph, registry)
+        ]
     return problems

@@ -3,6 +3,7 @@ that stop a workflow body (those subclass BaseException so `except Exception:` c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -43,6 +44,14 @@ class InvalidInput(WorkflowError):
     """The input is not valid."""
 
     code = "INVALID_INPUT"
+
+    def __init__(self, message: str | None = None, *, problems: Sequence[str] = ()) -> None:
+        # `problems` lists every problem found at once (a graph definition's validation);
+        # a plain InvalidInput has its one message as its only problem.
+        if message is None and problems:
+            message = "\n".join(["The input is not valid:", *(f"- {p}" for p in problems)])
+        super().__init__(message)
+        self.problems: list[str] = list(problems) or [self.message]
 
 
 class InvalidTransition(WorkflowError):

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
+from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
+from .graph.definition import GraphDefinition, parse_definition, read_definition_file
+from .graph.validation import function_problems, raise_problems
+from .step_keys import RESERVED_KEY_CHARACTERS
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
-RESERVED_KEY_CHARACTERS = re.compile(r"[#:\[\]]")
 WORKFLOW_KIND_DSL = "dsl"
+WORKFLOW_KIND_GRAPH = "graph"
 # A step's timeout (per attempt) is at most a day: a step that needs longer is a child run.
 MAX_STEP_TIMEOUT_MS = 86_400_000
 
@@ -31,7 +34,7 @@ def validate_step_key(key: object) -> str:
     return key
 
 
-def parse_timeout(value: int | str | Any) -> int:
+def parse_timeout(value: Any) -> int:
     """A step's per-attempt timeout in milliseconds (at most MAX_STEP_TIMEOUT_MS)."""
     return parse_duration(value, what="timeout", limit_ms=MAX_STEP_TIMEOUT_MS)
 
@@ -47,11 +50,15 @@ class StepFunctionDefinition:
 
 @dataclass(frozen=True)
 class WorkflowDefinition:
+    """A registered workflow. A graph (`kind` "graph") carries its parsed `graph`, its hash as
+    `code_version`, and a `func` that only says graphs have no body."""
+
     name: str
     func: Callable[..., Any]
     planned_steps: list[str] | None = None
     kind: str = WORKFLOW_KIND_DSL
     code_version: str = field(default="")
+    graph: GraphDefinition | None = None
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -84,32 +91,41 @@ def _same_origin(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
     return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
+def _same_workflow(a: WorkflowDefinition, b: WorkflowDefinition) -> bool:
+    # Every graph shares one placeholder body: the same graph is the same definition hash.
+    if a.graph is not None or b.graph is not None:
+        return a.kind == b.kind and a.code_version == b.code_version
+    return _same_origin(a.func, b.func)
+
+
+def _origin(definition: WorkflowDefinition | StepFunctionDefinition) -> str:
+    if isinstance(definition, WorkflowDefinition) and definition.graph is not None:
+        return f"a graph definition with hash {definition.code_version}"
+    return f"{definition.func.__module__}.{definition.func.__qualname__}"
+
+
 class Registry:
     def __init__(self) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.step_functions: dict[str, StepFunctionDefinition] = {}
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
-        self._check_name(definition.name, definition.func, self.workflows, "workflow")
+        _check_name(definition.name, "workflow")
+        existing = self.workflows.get(definition.name)
+        if existing is not None and not _same_workflow(existing, definition):
+            _raise_duplicate(existing, "workflow")
         if definition.name in self.step_functions:
             raise InvalidInput(f"{definition.name!r} is already registered as a step function.")
         self.workflows[definition.name] = definition
 
     def add_step_function(self, definition: StepFunctionDefinition) -> None:
-        self._check_name(definition.name, definition.func, self.step_functions, "step function")
+        _check_name(definition.name, "step function")
+        existing = self.step_functions.get(definition.name)
+        if existing is not None and not _same_origin(existing.func, definition.func):
+            _raise_duplicate(existing, "step function")
         if definition.name in self.workflows:
             raise InvalidInput(f"{definition.name!r} is already registered as a workflow.")
         self.step_functions[definition.name] = definition
-
-    @staticmethod
-    def _check_name(name: object, func: Callable[..., Any], table: dict, what: str) -> None:
-        checked_text(name, f"A {what} name", max_length=NAME_MAX_LENGTH)
-        existing = table.get(name)
-        if existing is not None and not _same_origin(existing.func, func):
-            raise InvalidInput(
-                f"Duplicate {what} name {name!r}: already registered by "
-                f"{existing.func.__module__}.{existing.func.__qualname__}."
-            )
 
     def get_workflow(self, name: str) -> WorkflowDefinition:
         checked_text(name, "A workflow name", max_length=NAME_MAX_LENGTH)
@@ -126,6 +142,20 @@ class Registry:
 
     def is_workflow(self, name: str) -> bool:
         return name in self.workflows
+
+    def can_call(self, name: str) -> bool:
+        """Whether a step may name `name`: a step function, or a workflow (a child run)."""
+        return name in self.step_functions or name in self.workflows
+
+
+def _check_name(name: object, what: str) -> None:
+    checked_text(name, f"A {what} name", max_length=NAME_MAX_LENGTH)
+
+
+def _raise_duplicate(existing: WorkflowDefinition | StepFunctionDefinition, what: str) -> None:
+    raise InvalidInput(
+        f"Duplicate {what} name {existing.name!r}: already registered by {_origin(existing)}."
+    )
 
 
 registry = Registry()
@@ -163,6 +193,43 @@ def step_function(
         return func
 
     return register
+
+
+def graph_workflow(name: str, definition: Mapping[str, Any]) -> GraphDefinition:
+    """Register the graph `definition` (JSON-serialisable, see DESIGN §2) as the workflow `name`.
+
+    Its structure is validated now (InvalidInput lists every problem); its step function
+    names when a run first starts and in `manage.py check`, since functions may register later.
+    """
+    graph = parse_definition(definition, name=name)
+    registry.add_workflow(
+        WorkflowDefinition(name, _graph_body, None, WORKFLOW_KIND_GRAPH, graph.hash, graph)
+    )
+    return graph
+
+
+def graph_workflow_from_file(path: str | Path, *, name: str | None = None) -> GraphDefinition:
+    """Register the graph in the JSON file `path`, named `name`, else by the file's top-level
+    `name`, else by the file's stem (`onboarding.json` -> "onboarding")."""
+    file_name, definition = read_definition_file(path)
+    return graph_workflow(name or file_name or Path(path).stem, definition)
+
+
+def graph_function_problems(graph: GraphDefinition, known: Registry) -> list[str]:
+    """One problem per node whose function is neither a step function nor a workflow."""
+    return function_problems(graph.nodes.values(), known.can_call)
+
+
+def validate_graph_functions(graph: GraphDefinition, known: Registry, name: str = "") -> None:
+    """Raise InvalidInput listing every node whose step function is not registered (the
+    engine calls it when a graph run first starts; `manage.py check` reports the same)."""
+    raise_problems(graph_function_problems(graph, known), name or None)
+
+
+def _graph_body(wf: Any, input: Any) -> Any:
+    raise InvalidInput(
+        f"Workflow {wf.name!r} is a graph: the engine runs it with the graph planner, not a body."
+    )
 
 
 def autodiscover(extra_modules: Iterable[str] = ()) -> None:

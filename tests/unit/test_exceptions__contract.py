@@ -114,3 +114,10 @@ def test_workflow_error__only_workflow_signals_skip_exception():
     ]
     assert set(SIGNALS) <= {cls.__name__ for cls in outside_exception}
     assert all(issubclass(cls, exceptions.WorkflowSignal) for cls in outside_exception)
+
+
+def test_invalid_input__a_plain_one_lists_its_message_as_its_problem():
+    assert pw.InvalidInput("bad").problems == ["bad"]
+    assert pw.InvalidInput().problems == ["The input is not valid."]
+    assert pw.InvalidInput(problems=["x", "y"]).problems == ["x", "y"]
+    assert str(pw.InvalidInput(problems=["x", "y"])) == "The input is not valid:\n- x\n- y"
