@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pikku
 PYTEST_ARGS ?=
 
-.PHONY: install test lint demo migrate worker clean
+.PHONY: install test test-sqlite lint demo migrate worker clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP)
 		echo "#################################################################"; \
 		env -u DATABASE_URL $(PY) -m pytest -m "not postgres" $(PYTEST_ARGS); \
 	fi
+
+# The embedded default: every test that does not need PostgreSQL, on SQLite (CI runs it too).
+test-sqlite: $(STAMP)
+	env -u DATABASE_URL $(PY) -m pytest -m "not postgres" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, TypeVar
 
@@ -26,11 +27,17 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
+from .sql import Statements, quoted_table
+
 T = TypeVar("T")
 
 # Every message sent through this broker on PostgreSQL notifies this channel with its queue's
 # name; an idle pusher waits on it instead of sleeping out its whole `poll`.
 WAKE_CHANNEL = "pikku_workflows_queue"
+
+STATEMENTS = Statements(
+    Path(__file__).with_name("broker.sql"), names=lambda: {"queue": quoted_table(OrmQ)}
+)
 
 
 class SkipLockedOrmBroker(ORM):
@@ -59,17 +66,14 @@ class SkipLockedOrmBroker(ORM):
         connection = connections[Conf.ORM]
         if connection.vendor != "postgresql":
             return super().enqueue(task)
-        table = connection.ops.quote_name(OrmQ._meta.db_table)
-        key = self.list_key or Conf.CLUSTER_NAME
-        sql = f"""
-            WITH message AS (
-                INSERT INTO {table} (key, payload, lock) VALUES (%s, %s, %s) RETURNING id
-            )
-            -- Delivered when the message commits: an idle pusher of that queue wakes up.
-            SELECT message.id FROM message, pg_notify(%s, %s)
-        """
+        params = {
+            "queue": self.list_key or Conf.CLUSTER_NAME,
+            "payload": task,
+            "lock": timezone.now(),
+            "wake_channel": WAKE_CHANNEL,
+        }
         with connection.cursor() as cursor:
-            cursor.execute(sql, [key, task, timezone.now(), WAKE_CHANNEL, key])
+            cursor.execute(STATEMENTS["enqueue_message"], params)
             return cursor.fetchone()[0]
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
@@ -117,11 +121,9 @@ class SkipLockedOrmBroker(ORM):
 
     def delete(self, task_id: Any) -> None:
         # One DELETE, without the ORM's deletion collector (nothing cascades from a message).
-        table = connections[Conf.ORM].ops.quote_name(OrmQ._meta.db_table)
-
         def delete_row() -> None:
             with connections[Conf.ORM].cursor() as cursor:
-                cursor.execute(f"DELETE FROM {table} WHERE id = %s", [task_id])
+                cursor.execute(STATEMENTS["delete_message"], {"id": task_id})
 
         self._retried(delete_row)
 
@@ -141,21 +143,14 @@ class SkipLockedOrmBroker(ORM):
         return self._claim_in_a_transaction(now, hidden_until)
 
     def _claim_in_one_statement(self, now: Any, hidden_until: Any) -> list[tuple[Any, Any]]:
-        table = connections[Conf.ORM].ops.quote_name(OrmQ._meta.db_table)
-        sql = f"""
-            UPDATE {table} SET lock = %s
-            WHERE id IN (
-                SELECT id FROM {table}
-                -- Visible: never claimed, or its claim's `retry` window has passed.
-                WHERE key = %s AND lock < %s
-                ORDER BY id LIMIT %s
-                -- Rows another dequeuer is claiming right now are its, not ours.
-                FOR UPDATE SKIP LOCKED
-            )
-            RETURNING id, payload
-        """
+        params = {
+            "queue": self.list_key,
+            "now": now,
+            "hidden_until": hidden_until,
+            "bulk": Conf.BULK,
+        }
         with connections[Conf.ORM].cursor() as cursor:
-            cursor.execute(sql, [hidden_until, self.list_key, now, Conf.BULK])
+            cursor.execute(STATEMENTS["claim_messages"], params)
             rows = cursor.fetchall()
         # RETURNING has no order of its own: hand the messages on oldest first.
         return sorted(rows, key=lambda row: row[0])

@@ -58,7 +58,7 @@ class WorkflowRun(models.Model):
     lease_holder = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     rerun_requested = models.BooleanField(default=False)
-    # In DESIGN's contract; today every timer (sleep, retry backoff) lives on its step row.
+    # Kept for a run-level timer; today every timer (sleep, retry backoff) lives on its step row.
     wake_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

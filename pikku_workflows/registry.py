@@ -182,7 +182,10 @@ def step_function(
     """Register `func(data, ctx)` as the step function `name`.
 
     `inline=False` runs it on a django-q2 worker (on the `queue` cluster when given), where
-    `timeout` (ms or a duration string) bounds each attempt.
+    `timeout` (ms, a duration string or a timedelta; at most a day) bounds each attempt: an
+    alarm in the worker's main thread stops the attempt (a BaseException the function's own
+    `except Exception:` cannot swallow) and records it failed with TIMEOUT. An inline run whose
+    caller is not a main thread (a web request) hands such a step to a worker.
     """
     timeout_ms = parse_timeout(timeout) if timeout is not None else None
     if timeout_ms is not None and inline:

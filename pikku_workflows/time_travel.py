@@ -1,7 +1,7 @@
 """The pure half of the timeline (no queries): history rows exploded into ordered events, and
 the fold of those events into the run's state at any point (`reconstruct_run_state`).
 
-Event keys (DESIGN §4): every event has `seq, at, step_key, attempt, event`; `pending` adds
+Event keys: every event has `seq, at, step_key, attempt, event`; `pending` adds
 `from_step_key`, `succeeded` adds `result`, `failed` adds `error`, an operator action adds `user`
 (its `step_key` and `attempt` are null). No other keys, and each only where named here.
 """
@@ -16,8 +16,9 @@ from typing import Any
 from django.utils import dateparse, timezone
 
 from .exceptions import InvalidInput
+from .status import HISTORY_TIMESTAMP, StepStatus
 
-# Ties at one instant: a step's lifecycle order, then its attempt (DESIGN §4, issue 6).
+# Ties at one instant: a step's lifecycle order, then its attempt (the pikku timeline's order).
 LIFECYCLE_RANK = {
     "pending": 0,
     "scheduled": 1,
@@ -30,13 +31,14 @@ LIFECYCLE_RANK = {
 OPERATOR_RANK = 5
 
 # (event, the history row's timestamp column) for the events every attempt may pass through.
-PROGRESS_EVENTS = (
-    ("pending", "created_at"),
-    ("scheduled", "scheduled_at"),
-    ("running", "running_at"),
-    ("waiting", "waiting_at"),
+PROGRESS_EVENTS = tuple(
+    (status, HISTORY_TIMESTAMP[status])
+    for status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.WAITING)
 )
-OUTCOME_EVENTS = {"succeeded": ("succeeded_at", "result"), "failed": ("failed_at", "error")}
+OUTCOME_EVENTS = {
+    StepStatus.SUCCEEDED: (HISTORY_TIMESTAMP[StepStatus.SUCCEEDED], "result"),
+    StepStatus.FAILED: (HISTORY_TIMESTAMP[StepStatus.FAILED], "error"),
+}
 
 IN_FLIGHT = frozenset({"pending", "scheduled", "running"})
 HALTING_ACTIONS = frozenset({"cancel", "suspend"})

@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from pikku_workflows.registry import registry
+from tests.shop import Shop
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
@@ -45,6 +46,14 @@ def isolated_registry() -> Iterator[None]:
     registry.workflows.update(workflows)
     registry.step_functions.clear()
     registry.step_functions.update(step_functions)
+
+
+@pytest.fixture
+def shop() -> Shop:
+    """The test shop's workflow and step functions, registered (tests/shop.py)."""
+    state = Shop()
+    state.register()
+    return state
 
 
 @pytest.fixture

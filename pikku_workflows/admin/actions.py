@@ -24,8 +24,8 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
+from ..engine.control import OPERATION_RULES, Rule
 from ..models import WorkflowRun
-from ..status import RunStatus
 from .display import run_change_url, run_link, short_id, status_badge
 
 CONFIRMATION_TEMPLATE = "admin/pikku_workflows/workflowrun/confirm_operation.html"
@@ -35,16 +35,35 @@ NAMED_IN_MESSAGE = 10
 
 @dataclass(frozen=True)
 class Operation:
-    """An engine operation as the admin offers it; `name` is also the permission codename prefix
-    and the engine function `pw.<name>_run`."""
+    """An engine operation as the admin offers it: the engine's status rule (`control.Rule`)
+    and how the admin words it. `name` is also the permission codename prefix and the engine
+    function `pw.<name>_run`."""
 
-    name: str
+    engine_rule: Rule
     label: str
-    done: str
-    sources: frozenset[str]  # the statuses it moves a run from (a preview: the engine decides)
-    target: str | None  # the status it leaves the run in: already there means nothing to do
-    rule: str
     bulk: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.engine_rule.action
+
+    @property
+    def done(self) -> str:
+        return self.engine_rule.past
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The statuses it moves a run from (a preview: the engine decides)."""
+        return self.engine_rule.sources
+
+    @property
+    def target(self) -> str | None:
+        """The status it leaves the run in: already there means nothing to do."""
+        return self.engine_rule.target
+
+    @property
+    def rule(self) -> str:
+        return self.engine_rule.requirement
 
     @property
     def action_name(self) -> str:
@@ -62,47 +81,11 @@ class Operation:
 OPERATIONS = {
     op.name: op
     for op in (
-        Operation(
-            "cancel",
-            "Cancel",
-            "cancelled",
-            frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
-            RunStatus.CANCELLED,
-            "only running or suspended runs can be cancelled",
-        ),
-        Operation(
-            "suspend",
-            "Suspend",
-            "suspended",
-            frozenset({RunStatus.RUNNING}),
-            RunStatus.SUSPENDED,
-            "only running runs can be suspended",
-        ),
-        Operation(
-            "resume",
-            "Resume",
-            "resumed",
-            frozenset({RunStatus.SUSPENDED}),
-            RunStatus.RUNNING,
-            "only suspended runs can be resumed",
-        ),
-        Operation(
-            "retry",
-            "Retry",
-            "retried",
-            frozenset({RunStatus.FAILED}),
-            RunStatus.RUNNING,
-            "only failed runs can be retried",
-        ),
-        Operation(
-            "fork",
-            "Fork",
-            "forked",
-            frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
-            None,
-            "only runs that ended can be forked",
-            bulk=False,
-        ),
+        Operation(OPERATION_RULES["cancel"], "Cancel"),
+        Operation(OPERATION_RULES["suspend"], "Suspend"),
+        Operation(OPERATION_RULES["resume"], "Resume"),
+        Operation(OPERATION_RULES["retry"], "Retry"),
+        Operation(OPERATION_RULES["fork"], "Fork", bulk=False),
     )
 }
 

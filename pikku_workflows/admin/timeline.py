@@ -13,18 +13,22 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
+from ..status import HISTORY_TIMESTAMP, StepStatus
 from .display import format_duration
 
 MIN_SPAN = timedelta(milliseconds=1)
 TICKS = 4
 # (timestamp field, the phase that starts there), in lifecycle order.
 PHASE_STARTS = (
-    ("created_at", "queued"),
-    ("scheduled_at", "queued"),
-    ("running_at", "running"),
-    ("waiting_at", "waiting"),
+    (HISTORY_TIMESTAMP[StepStatus.PENDING], "queued"),
+    (HISTORY_TIMESTAMP[StepStatus.SCHEDULED], "queued"),
+    (HISTORY_TIMESTAMP[StepStatus.RUNNING], "running"),
+    (HISTORY_TIMESTAMP[StepStatus.WAITING], "waiting"),
 )
-OUTCOMES = (("succeeded_at", "succeeded"), ("failed_at", "failed"))
+OUTCOMES = (
+    (HISTORY_TIMESTAMP[StepStatus.SUCCEEDED], "succeeded"),
+    (HISTORY_TIMESTAMP[StepStatus.FAILED], "failed"),
+)
 
 
 class Attempt(Protocol):

@@ -1,0 +1,31 @@
+"""The engine: everything that reads or writes runs and steps. Adapters (tasks, dispatch, admin,
+api, management commands) call it; it knows nothing of HTTP or the admin.
+
+Map (each module imports only those listed below it; none imports one above):
+
+- `control`: operator actions (cancel, suspend, resume, retry, fork), their audit, and the
+  rules of which statuses each accepts (`OPERATION_RULES`, which the admin and API offer).
+- `runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
+- `reads`: what a run looks like from outside: status summary, `waiting_on`, timeline, state.
+- `worker`: the step task's body: claim a queued step, run it, record it, continue the run.
+- `recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
+- `orchestrator`: one pass: take the run lease, replay the body, record how the run ended.
+- `workflow`: the `wf` handle a body drives its run with.
+- `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay.
+- `children`: child runs started by a step, and telling the parent when they end.
+- `queued`: handing a queued step to a worker from inside a pass.
+- `suspension`: suspending the run from inside its pass.
+- `attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it (fenced).
+- `timers`: due timers (sleeps, retry backoffs) fired and dispatched.
+- `replay`: one pass's view of a run: its steps read once, ordinals, state.
+- `run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
+- `leases`: run and step leases on the database clock, and the heartbeat that renews them.
+- `transitions`: every status change of runs and steps (`transitions.sql` on PostgreSQL).
+- `claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
+- `tables`: the quoted table and column names the statements use.
+
+Rules that hold across it (tests/unit/test_engine__layout.py checks them): a run is failed only
+by user code; leases, lapses and due times are judged on the database clock inside the guarded
+write; user code runs outside any transaction; every result is fenced by the attempt that
+claimed the step. The reasoning is in docs/architecture.md.
+"""

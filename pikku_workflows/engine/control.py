@@ -1,5 +1,5 @@
 """Operator control of runs: cancel, suspend, resume, retry and fork, each audited; and the
-rules of which statuses each accepts, which the admin and the API offer from (DESIGN §4.7).
+rules of which statuses each accepts, which the admin and the API offer from (docs/architecture.md §7).
 
 Each checks its arguments, then the run's status: an illegal move is `InvalidTransition` with
 nothing written; a target status that already holds is a quiet success that writes nothing;
@@ -61,7 +61,8 @@ class Rule:
     @property
     def requirement(self) -> str:
         """The rule in words, for a refusal: "only running or suspended runs can be cancelled"."""
-        statuses = " or ".join(status for status in RunStatus.values if status in self.sources)
+        named = [status for status in RunStatus.values if status in self.sources]
+        statuses = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
         return f"only {statuses} runs can be {self.past}"
 
 

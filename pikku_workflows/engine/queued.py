@@ -1,7 +1,7 @@
 """Queued steps from the pass's side: hand a step to a worker of its cluster, then park the run.
 
 A queue that refuses the message is transient: the step stays pending, the run running, and the
-pass is abandoned for recovery to relay (DESIGN §4.3); nothing is failed.
+pass is abandoned for recovery to relay (docs/architecture.md §3, §4); nothing is failed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a run looks like from outside, read only: its status summary (DESIGN §7: what each step
+"""What a run looks like from outside, read only: its status summary (the API's run summary: what each step
 did, what the run waits on), its timeline (every attempt's events and operator actions, in
 order) and its state at any point of that timeline (the pure folds are in `time_travel`).
 """

@@ -2,7 +2,7 @@
 
 Whatever the engine's own statements meet while serving a call (a database error: a lock or
 statement timeout, a deadlock, a revoked permission; a queue that refuses a message) abandons
-the pass instead of reaching the body: a run is failed only by user code (DESIGN §3).
+the pass instead of reaching the body: a run is failed only by user code (docs/architecture.md §3).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistor
 from pikku_workflows.retry import RetryPolicy
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.concurrency.harness import JOIN_TIMEOUT, race
+from tests.conftest import wait_until
 from tests.queue import drain_queue
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -304,13 +305,6 @@ def test_claim_step__sql_waits_briefly_on_the_one_step_row(body_log):
     assert "NOWAIT" not in select
     lock_timeout = [sql for sql in statements if "lock_timeout" in sql]
     assert lock_timeout and statements.index(lock_timeout[0]) < statements.index(select)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture

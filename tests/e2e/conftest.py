@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 from django.conf import settings
+
+from tests.conftest import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_START_TIMEOUT = 20
@@ -29,18 +30,6 @@ WORKER_SETTINGS = {
     "PIKKU_STALLED_RUN_AFTER_SECONDS": "3",
     "PIKKU_REDISPATCH_BACKOFF_SECONDS": "1",
 }
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it returns something truthy (returned); fail after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def worker_database_url() -> str:

@@ -16,7 +16,8 @@ import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.e2e.conftest import alive, descendants, wait_until
+from tests.conftest import wait_until
+from tests.e2e.conftest import alive, descendants
 
 pytestmark = [
     pytest.mark.e2e,

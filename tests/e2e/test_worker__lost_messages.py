@@ -13,7 +13,7 @@ import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker ru
 from pikku_workflows.engine.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = [
     pytest.mark.e2e,

@@ -14,7 +14,8 @@ import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.e2e.conftest import descendants, wait_until
+from tests.conftest import wait_until
+from tests.e2e.conftest import descendants
 from tests.queue import queued_tasks
 
 pytestmark = [

@@ -16,20 +16,12 @@ from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.admin_support import (
     CHANGELIST,
-    Shop,
     change_url,
     operation_url,
 )
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def shop() -> Shop:
-    shop = Shop()
-    shop.register()
-    return shop
 
 
 def status_of(run: WorkflowRun) -> str:

@@ -14,17 +14,11 @@ from django.utils import timezone
 
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.admin_support import CHANGELIST, Shop, change_url, listed_ids
+from tests.admin_support import CHANGELIST, change_url, listed_ids
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory
+from tests.shop import Shop
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def shop() -> Shop:
-    shop = Shop()
-    shop.register()
-    return shop
 
 
 @pytest.fixture

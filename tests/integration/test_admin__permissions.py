@@ -14,22 +14,15 @@ from pikku_workflows.status import RunStatus
 from tests.admin_support import (
     CHANGELIST,
     OPERATION_PERMISSIONS,
-    Shop,
     change_url,
     operation_url,
     staff_client,
 )
+from tests.shop import Shop
 
 pytestmark = pytest.mark.django_db
 
 BULK_ACTIONS = ["cancel_runs", "suspend_runs", "resume_runs", "retry_runs"]
-
-
-@pytest.fixture
-def shop() -> Shop:
-    shop = Shop()
-    shop.register()
-    return shop
 
 
 @pytest.fixture

@@ -14,17 +14,11 @@ from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
-from tests.admin_support import Shop, change_url
+from tests.admin_support import change_url
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory, WorkflowStepHistoryFactory
+from tests.shop import Shop
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def shop() -> Shop:
-    shop = Shop()
-    shop.register()
-    return shop
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ work waiting on it (DESIGN §4, §6)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +16,7 @@ from pikku_workflows.engine.replay import ReplayPass
 from pikku_workflows.engine.timers import fire_due_timers
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.conftest import wait_until
 from tests.queue import drain_queue, queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -24,13 +24,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
 DELAY = "300ms"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def step_of(run_id: str, key: str) -> WorkflowStep:

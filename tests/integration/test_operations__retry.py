@@ -13,48 +13,11 @@ from pikku_workflows.models import (
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks
 from tests.rows import attempt_statuses, load_run, load_step
+from tests.shop import Shop
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-
-
-class Shop:
-    """Step functions whose calls are counted; `charge` fails while `broken` is set."""
-
-    def __init__(self) -> None:
-        self.broken = True
-        self.calls: list[tuple[str, int]] = []
-
-
-@pytest.fixture
-def shop() -> Shop:
-    state = Shop()
-
-    @pw.step_function("retry.reserve")
-    def reserve(data, ctx):
-        state.calls.append(("reserve", ctx.attempt))
-        return {"reserved": True}
-
-    @pw.step_function("retry.charge")
-    def charge(data, ctx):
-        state.calls.append(("charge", ctx.attempt))
-        if state.broken:
-            raise ConnectionError(f"gateway down (attempt {ctx.attempt})")
-        return {"charged": 5}
-
-    @pw.step_function("retry.ship")
-    def ship(data, ctx):
-        state.calls.append(("ship", ctx.attempt))
-        return "shipped"
-
-    @pw.workflow("retry.order")
-    def order(wf, input):
-        wf.do("reserve", "retry.reserve", {})
-        charged = wf.do("charge", "retry.charge", {}, retries=2, retry_delay=0)
-        return {"charge": charged, "ship": wf.do("ship", "retry.ship", {})}
-
-    return state
 
 
 @pytest.fixture
@@ -63,7 +26,10 @@ def ops(django_user_model):
 
 
 def _failed_order(shop: Shop) -> str:
-    run_id = pw.start_workflow("retry.order", {"order": 1}, inline=True)
+    """The shop's order with a charge that fails its 3 attempts (retries=2, no delay); the
+    gateway stays down until a test repairs it."""
+    shop.broken = True
+    run_id = str(shop.start(retries=2).pk)
     assert load_run(run_id).status == RunStatus.FAILED
     assert shop.calls == [("reserve", 1), ("charge", 1), ("charge", 2), ("charge", 3)]
     return run_id

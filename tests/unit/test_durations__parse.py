@@ -73,3 +73,20 @@ def test_parse_duration__error_is_a_workflow_error_with_code():
         parse_duration("soon")
     assert caught.value.code == "INVALID_INPUT"
     assert "soon" in str(caught.value)
+
+
+def test_parse_duration__a_timedelta_is_its_milliseconds():
+    from datetime import timedelta
+
+    assert parse_duration(timedelta(minutes=1, milliseconds=5)) == 60_005
+
+
+@pytest.mark.parametrize("value", ["500000w", 10**20, "3651d"])
+def test_parse_duration__longer_than_ten_years_is_refused(value):
+    with pytest.raises(InvalidInput, match="too long"):
+        parse_duration(value)
+
+
+def test_parse_duration__names_what_it_parses_and_honours_its_limit():
+    with pytest.raises(InvalidInput, match="The timeout '2d' is too long: at most 86400000 ms"):
+        parse_duration("2d", what="timeout", limit_ms=86_400_000)

@@ -1,0 +1,80 @@
+"""The engine's named statements: each has a contract, takes its row locks by clause (pinned here
+with comments stripped, so a comment that mentions a lock cannot stand in for it), never casts a
+value to a length-limited type (PostgreSQL's cast to varchar(n) truncates silently), and lists
+exactly the columns of the model it writes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pikku_workflows import dispatch
+from pikku_workflows.engine import run_rows, transitions
+from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.sql import parse_blocks, without_comments
+
+ALL_STATEMENTS = [(transitions.STATEMENTS, name) for name in transitions.STATEMENTS.blocks] + [
+    (run_rows.STATEMENTS, name) for name in run_rows.STATEMENTS.blocks
+]
+
+
+def stripped(statements, name: str) -> str:
+    return " ".join(without_comments(statements[name]).split())
+
+
+@pytest.mark.parametrize(("statements", "name"), ALL_STATEMENTS, ids=lambda v: str(v)[:40])
+def test_statement__has_a_one_line_contract(statements, name):
+    assert len(statements.blocks[name].contract) > 20
+
+
+@pytest.mark.parametrize(("statements", "name"), ALL_STATEMENTS, ids=lambda v: str(v)[:40])
+def test_statement__never_casts_to_a_length_limited_type(statements, name):
+    text = stripped(statements, name).lower()
+    assert not re.search(r"::\s*(varchar|character varying|char\b|character\b)", text)
+
+
+def test_run_held_by_pass__holds_the_run_for_share():
+    text = stripped(transitions.STATEMENTS, "run_held_by_pass")
+    assert text.endswith("AND lease_holder = %(lease_holder)s FOR SHARE")
+
+
+def test_insert_step_in_run__takes_the_run_guard_before_inserting():
+    text = stripped(transitions.STATEMENTS, "insert_step_in_run")
+    guard = text.index("WITH guard AS (SELECT id FROM")
+    assert text.index("FOR SHARE)", guard) < text.index("INSERT INTO")
+
+
+def test_claim_queued_step__holds_the_run_for_share_of_run():
+    text = stripped(transitions.STATEMENTS, "claim_queued_step")
+    assert "FOR SHARE OF run)" in text
+    assert text.index("FOR SHARE OF run)") < text.index("UPDATE")
+
+
+def test_statement__a_lock_mentioned_only_in_a_comment_does_not_count():
+    [block] = parse_blocks(
+        "-- name: x\n-- the contract\nSELECT 1 -- FOR SHARE, says the comment\n"
+    ).values()
+    assert "FOR SHARE" not in without_comments(block.body)
+
+
+def columns_of(model) -> set[str]:
+    return {field.column for field in model._meta.concrete_fields}
+
+
+def test_new_step_columns__are_every_column_of_a_step():
+    listed = {column.strip() for column in transitions.STATEMENTS["new_step_columns"].split(",")}
+    assert listed == columns_of(WorkflowStep)
+
+
+def test_insert_run__lists_every_column_of_a_run():
+    text = stripped(run_rows.STATEMENTS, "insert_run")
+    listed = text.split(f"INSERT INTO {WorkflowRun._meta.db_table!r}".replace("'", '"'), 1)[1]
+    columns = listed.split("(", 1)[1].split(")", 1)[0]
+    assert {column.strip() for column in columns.split(",")} == columns_of(WorkflowRun)
+
+
+def test_queue_message__is_supplied_by_dispatch_and_composed_into_the_dispatch():
+    fragment = dispatch.queue_fragments()["queue_message"]
+    assert fragment.startswith("queue_message AS (")
+    assert fragment in transitions.STATEMENTS["insert_dispatched_step"]
