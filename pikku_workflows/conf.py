@@ -22,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
     "MAX_PAYLOAD_BYTES": 10_000_000,
+    "IN_PLACE": True,
+    "IN_PLACE_MAX_SECONDS": 1,
+    "IN_PLACE_MAX_STEPS": 100,
 }
 
 

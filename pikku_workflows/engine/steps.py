@@ -30,7 +30,7 @@ from ..models import WorkflowStep
 from ..registry import parse_timeout, registry, validate_step_key
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, round_trip
-from ..status import StepKind, StepStatus
+from ..status import StepDispatch, StepKind, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from . import children, queued
 from .attempts import (
@@ -149,14 +149,21 @@ def _queued_function(kind: str, name: str | None) -> bool:
     return definition is not None and not definition.inline
 
 
-def _runs_on_worker(rp: ReplayPass, call: StepCall) -> bool:
-    """Queued step functions go to a worker; an inline caller runs every step itself, except
-    one whose timeout it cannot enforce (it is not a main thread: a web request)."""
+def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None) -> str:
+    """Where the step's next attempt runs (docs/architecture.md §4): in the pass (in-process
+    step functions; every step of an inline run, except one whose timeout its caller cannot
+    enforce), in place (a queued step's first attempt, reached by a pass on a worker of its
+    cluster with budget left), or through the queue (everything else: its retries too)."""
     if not _queued_function(call.kind, call.function_name):
-        return False
-    if not rp.inline_caller:
-        return True
-    return call.timeout_ms is not None and not timeout_enforceable()
+        return StepDispatch.INLINE
+    if rp.inline_caller:
+        enforceable = call.timeout_ms is None or timeout_enforceable()
+        return StepDispatch.INLINE if enforceable else StepDispatch.QUEUED
+    first = step is None or step.status == StepStatus.PENDING
+    definition = registry.get_step_function(call.function_name or "")
+    if first and queued.runs_in_place(definition, call.timeout_ms):
+        return StepDispatch.IN_PLACE
+    return StepDispatch.QUEUED
 
 
 def _check_same_step(step: WorkflowStep, call: StepCall) -> None:
@@ -194,10 +201,12 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
 def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
     if call.kind == StepKind.CHILD:
         return children.launch_next(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
-    if _runs_on_worker(rp, call):
+    placement = _placement(rp, call)
+    if placement == StepDispatch.QUEUED:
         queued.dispatch_new_step(rp, call.key, _step_row_fields(call))
     lease = pikku_settings.STEP_LEASE_SECONDS
-    return _run_attempt(rp, call, _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease))
+    step = _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease, dispatch=placement)
+    return _run_attempt(rp, call, step)
 
 
 def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
@@ -208,10 +217,11 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
         suspend_missing_function(rp, call)
     if call.kind == StepKind.CHILD:
         return children.launch_next(rp, step, call.policy)
-    if _runs_on_worker(rp, call):
+    placement = _placement(rp, call, step)
+    if placement == StepDispatch.QUEUED:
         # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
         queued.dispatch_step(rp, step)
-    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder)
+    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder, dispatch=placement)
     if claim.step is None or not (claim.claimed or claim.expired):
         raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
     rp.steps[call.key] = claim.step
@@ -274,9 +284,10 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
     }
 
 
-def _create_step(rp: ReplayPass, call: StepCall, status: str, **clock: Any) -> WorkflowStep:
+def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) -> WorkflowStep:
+    """Create the step in the run (`attempt`: its first attempt's lease, timer or dispatch)."""
     step = create_step_in_run(
-        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **clock
+        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **attempt
     )
     rp.steps[call.key] = step
     return step
