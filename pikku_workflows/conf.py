@@ -22,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
     "MAX_PAYLOAD_BYTES": 10_000_000,
+    # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
+    # (tenants); applied after the owner rule, on every endpoint that reads a run.
+    "RUN_QUERYSET_FILTER": None,
 }
 
 
