@@ -72,7 +72,10 @@ def errors(*statuses: int) -> dict[Any, OpenApiResponse]:
         400: (ValidationErrorSerializer, "INVALID_INPUT: malformed JSON or invalid values."),
         401: (ErrorSerializer, "NOT_AUTHENTICATED / AUTHENTICATION_FAILED."),
         403: (ErrorSerializer, "NOT_AUTHENTICATED (session), PERMISSION_DENIED."),
-        404: (ErrorSerializer, "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see)."),
+        404: (
+            ErrorSerializer,
+            "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
+        ),
         409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
     }
     chosen = sorted({401, 403, *statuses})

@@ -92,6 +92,7 @@ class EventsQuerySerializer(serializers.Serializer):
     last_event_id = serializers.IntegerField(
         required=False,
         min_value=-1,
+        max_value=2**63 - 1,
         help_text="Resume after this seq (the `Last-Event-ID` header wins over it).",
     )
 

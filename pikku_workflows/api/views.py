@@ -20,7 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -61,6 +61,16 @@ from .serializers import (
     TimelineEventSerializer,
 )
 
+# One Server-Sent Event as schema checkers read a text/event-stream body.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["summary", "timeline", "end", "error"]},
+        "data": {"type": "string", "description": "JSON: a run summary or a timeline event."},
+        "id": {"type": "string", "description": "The seq of the last event this one covers."},
+    },
+    "required": ["event", "data"],
+}
 RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="A run id.")
 # Per-run operations: the action name is the engine's `pw.<name>_run` and the permission's.
 OPERATIONS = ("cancel", "suspend", "resume", "retry", "fork")
@@ -216,8 +226,8 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     def required_action(self) -> str | None:
         if self.action in OPERATIONS:
             return self.action
-        if self.action == "bulk":
-            return self.kwargs.get("operation")
+        if self.action == "bulk" and self.kwargs.get("operation") in bulk.RULES:
+            return self.kwargs["operation"]
         return None
 
     def run_id(self) -> uuid.UUID:
@@ -261,7 +271,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @documented(
         parameters=[RUN_ID], responses={200: TimelineEventSerializer(many=True), **errors(404)}
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=())
     def timeline(self, request: Request, pk: str) -> Response:
         return Response(pw.get_run_timeline(self.run_id()))
 
@@ -287,10 +297,19 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         ],
         responses={
             (200, EventStreamRenderer.media_type): OpenApiResponse(
-                OpenApiTypes.STR,
-                description="`summary`, then `timeline` events (`id:` = seq), then `end`.",
+                SSE_EVENT,
+                description="A stream of events: `summary` (the run summary; `id:` the last "
+                "seq it covers on a fresh connection), then one `timeline` event per timeline "
+                "event (`id:` its seq), then `end` (the final summary) once the run has ended. "
+                "A comment line every 15 s keeps the connection open.",
             ),
             **errors(400, 404),
+            **{
+                (status, EventStreamRenderer.media_type): OpenApiResponse(
+                    SSE_EVENT, description="The error as one `error` event (data: the JSON error)."
+                )
+                for status in (400, 401, 403, 404)
+            },
         },
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, EventStreamRenderer])
@@ -379,14 +398,16 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
             )
         ],
         request=BulkSerializer,
-        responses={200: BulkResultSerializer, **errors(400)},
+        responses={200: BulkResultSerializer, **errors(400, 404)},
     )
     @action(
         detail=False,
         methods=["post"],
-        url_path=r"bulk/(?P<operation>cancel|suspend|resume|retry)",
+        url_path=r"bulk/(?P<operation>[^/]+)",
     )
     def bulk(self, request: Request, operation: str) -> Response:
+        if operation not in bulk.RULES:
+            raise NotFound(f"No bulk operation {operation!r}; there are {', '.join(bulk.RULES)}.")
         body = request.data
         if not isinstance(body, dict):
             raise ValidationError(["Expected a JSON object of filters and options."])

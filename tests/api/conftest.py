@@ -63,6 +63,12 @@ class Shop:
             self.broken = False
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Users get passwords (basic auth over real HTTP); the default hasher takes a second each."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def shop() -> Shop:
     shop = Shop()

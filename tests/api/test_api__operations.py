@@ -282,7 +282,12 @@ def test_bulk__needs_valid_known_filters_and_changes_nothing_otherwise(
     assert load_run(mixed["running"].pk).status == "running"
 
 
-def test_bulk__unknown_operation_is_not_a_route(operator_api):
-    response = operator_api.post(API + "runs/bulk/fork/", {"status": "failed"}, format="json")
+@pytest.mark.parametrize("operation", ["fork", "delete"])
+def test_bulk__unknown_operation_is_not_found(mixed, operator_api, operation):
+    response = operator_api.post(
+        API + f"runs/bulk/{operation}/", {"status": "failed"}, format="json"
+    )
 
     assert response.status_code == 404
+    assert response.json()["code"] == "NOT_FOUND"
+    assert WorkflowRun.objects.count() == 4
