@@ -16,22 +16,25 @@ from django.db.models import Count, QuerySet
 import pikku_workflows as pw
 
 from ..models import WorkflowRun
-from .engine_internals import CANCEL, RESUME, RETRY, SUSPEND, Rule
+from .engine_internals import OPERATION_RULES, Rule
 from .errors import error_body
 
-RULES: dict[str, Rule] = {rule.action: rule for rule in (CANCEL, SUSPEND, RESUME, RETRY)}
+# The operations that take many runs at once (a fork takes one run and a step).
+RULES: dict[str, Rule] = {
+    action: OPERATION_RULES[action] for action in ("cancel", "suspend", "resume", "retry")
+}
 # Runs one request acts on, and ids one preview lists: a larger selection is narrowed first.
 BULK_LIMIT = 1000
 
 
 def ineligibility(rule: Rule, status: str) -> str | None:
-    """None when a run in `status` is eligible for `rule`; otherwise why not."""
+    """None when a run in `status` is eligible for `rule`; otherwise why not (the admin's
+    confirmation page words it the same way)."""
     if status in rule.sources:
         return None
     if status == rule.target:
         return f"already {status}"
-    allowed = " or ".join(sorted(rule.sources))
-    return f"{rule.action} applies to {allowed} runs only"
+    return f"{status}: {rule.requirement}"
 
 
 @dataclass

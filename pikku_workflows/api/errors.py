@@ -45,9 +45,14 @@ def status_of(error: pw.WorkflowError) -> int:
     return status.HTTP_500_INTERNAL_SERVER_ERROR
 
 
-def error_body(error: pw.WorkflowError) -> dict[str, str]:
-    """`{"code", "detail"}` of a domain error, as a response and as a bulk outcome."""
-    return {"code": error.code, "detail": error.message}
+def error_body(error: pw.WorkflowError) -> dict[str, Any]:
+    """`{"code", "detail"}` of a domain error, as a response and as a bulk outcome; invalid
+    input that lists several problems (a graph definition's) adds them as `problems`."""
+    body: dict[str, Any] = {"code": error.code, "detail": error.message}
+    problems = getattr(error, "problems", None)
+    if problems and list(problems) != [error.message]:
+        body["problems"] = list(problems)
+    return body
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -247,6 +247,11 @@ class CountsSerializer(serializers.Serializer):
 class ErrorSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Stable: RUN_NOT_FOUND, INVALID_TRANSITION, ...")
     detail = serializers.CharField()
+    problems = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="INVALID_INPUT found by the engine: every problem, when there are several.",
+    )
 
 
 class ValidationErrorSerializer(ErrorSerializer):

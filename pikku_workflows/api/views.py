@@ -124,15 +124,15 @@ class PikkuAPIMixin:
 
 
 def definition_data(definition: WorkflowDefinition, *, detail: bool = False) -> dict[str, Any]:
-    data = {
+    data: dict[str, Any] = {
         "name": definition.name,
         "kind": definition.kind,
         "version_hash": definition.code_version,
         "planned_steps": definition.planned_steps,
     }
     if detail:
-        # Python (DSL) workflows have no document; graph workflows will show their graph here.
-        data["definition"] = None
+        # A graph workflow's definition as written (JSON); Python workflows have none.
+        data["definition"] = definition.graph.source if definition.graph is not None else None
     return data
 
 
@@ -191,7 +191,8 @@ def summary_steps() -> QuerySet[WorkflowStep]:
     """A run's steps as the summary reads them, prefetched for a whole page in two queries."""
     history = WorkflowStepHistory.objects.order_by("attempt").only(*SUMMARY_HISTORY_COLUMNS)
     return (
-        WorkflowStep.objects.order_by("created_at", "step_key")
+        WorkflowStep.objects.with_clock()  # what the summary asks the database clock
+        .order_by("created_at", "step_key")
         .only(*SUMMARY_STEP_COLUMNS)
         .prefetch_related(Prefetch("history", queryset=history))
     )

@@ -18,7 +18,9 @@ API = "/api/workflows/"
 
 
 class Shop:
-    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend, ship."""
+    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend or sleep,
+    ship; like tests/shop.py's, plus the user who started each run (the API shows a user the
+    runs they started)."""
 
     def __init__(self) -> None:
         self.broken = False
@@ -71,6 +73,7 @@ def fast_password_hashing(settings: Any) -> None:
 
 @pytest.fixture
 def shop() -> Shop:
+    """The API tests' shop (it overrides tests/conftest.py's: its runs have a starter)."""
     shop = Shop()
     shop.register()
     return shop

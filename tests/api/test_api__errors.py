@@ -29,6 +29,15 @@ def test_handler__domain_errors_answer_design_statuses_with_code_and_detail(erro
     assert response.data == {"code": code, "detail": error.message}
 
 
+def test_handler__invalid_input_with_several_problems_lists_them():
+    error = pw.InvalidInput(problems=["node 'a': no function", "node 'b': unknown next 'c'"])
+
+    response = exception_handler(error, {})
+
+    assert response.status_code == 400
+    assert response.data["problems"] == ["node 'a': no function", "node 'b': unknown next 'c'"]
+
+
 def test_handler__a_subclass_inherits_its_parents_status():
     class TenantMismatch(pw.InvalidInput):
         code = "TENANT_MISMATCH"

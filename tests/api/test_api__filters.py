@@ -13,9 +13,9 @@ from pikku_workflows.api.filters import BULK_FILTERS, RunFilterSet
 from pikku_workflows.api.serializers import BULK_OPTIONS, BulkSerializer
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import StepStatus
-from tests.admin_support import Shop
 from tests.api.conftest import API
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory
+from tests.shop import Shop
 
 pytestmark = pytest.mark.django_db
 

@@ -168,12 +168,12 @@ def test_bulk__dry_run_previews_eligible_and_ineligible_runs_and_changes_nothing
         {
             "id": str(mixed["failed"].pk),
             "status": "failed",
-            "reason": "cancel applies to running or suspended runs only",
+            "reason": "failed: only running or suspended runs can be cancelled",
         },
         {
             "id": str(mixed["completed"].pk),
             "status": "completed",
-            "reason": "cancel applies to running or suspended runs only",
+            "reason": "completed: only running or suspended runs can be cancelled",
         },
     ]
     assert "outcomes" not in body
@@ -192,7 +192,7 @@ def test_bulk__acts_on_the_eligible_runs_and_reports_each_outcome(mixed, operato
         {
             "id": str(mixed["completed"].pk),
             "status": "completed",
-            "reason": "suspend applies to running runs only",
+            "reason": "completed: only running runs can be suspended",
         }
     ]
     assert body["outcomes"] == [
