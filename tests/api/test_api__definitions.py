@@ -45,6 +45,24 @@ def test_definitions__detail_adds_the_definition_document(shop, operator_api):
     assert response.json()["version_hash"] == registry.get_workflow("api_tests.order").code_version
 
 
+def test_definitions__a_graph_workflow_shows_its_definition_and_hash(operator_api):
+    source = {
+        "entry": ["validate"],
+        "nodes": {
+            "validate": {"function": "users.validate", "next": "welcome"},
+            "welcome": {"function": "mail.std"},
+        },
+    }
+    graph = pw.graph_workflow("api_tests.onboarding", source)
+
+    response = operator_api.get(API + "definitions/api_tests.onboarding/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["kind"], body["version_hash"]) == ("graph", graph.hash)
+    assert body["definition"] == graph.source
+
+
 def test_definitions__unknown_name_is_workflow_not_found(operator_api):
     response = operator_api.get(API + "definitions/no.such.workflow/")
 
