@@ -12,7 +12,8 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowVersion
-from .display import ADMIN_CSS, pretty_json, run_id_query, run_link, status_badge
+from ..querysets import run_id_query
+from .display import ADMIN_CSS, pretty_json, run_link, status_badge
 
 
 class ReadOnlyAdminMixin:
