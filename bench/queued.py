@@ -8,8 +8,9 @@ processes that each `DBOS.launch()` with the bench queue registered; the client 
 workflows with `DBOSClient` and each runs its K `@DBOS.step`s in the process that dequeued it.
 
 Prints steps/s, enqueue→start latency p50/p95, server-side transactions and round trips per
-step, the ratios, and the per-step cost of one sequential run at K=10, 100, 1000 (replay
-growth). See bench/README.md.
+step, the ratios, the per-step cost of one sequential run at K=10, 100, 1000 (replay
+growth), and fairness: the p95 completion time of 50 ten-step runs alone and behind one
+2,000-step run started first, on 2 worker processes. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -205,6 +206,10 @@ PIKKU_RUN_LATENCY = """
     JOIN pikku_workflows_workflowstephistory h ON h.step_id = s.id
     WHERE r.id::text = ANY(%s) GROUP BY r.id
 """
+PIKKU_COMPLETION_MS = (
+    "SELECT extract(epoch FROM finished_at - created_at) * 1000 "
+    "FROM pikku_workflows_workflowrun WHERE id::text = ANY(%s)"
+)
 PIKKU_STEP_LATENCY = """
     SELECT extract(epoch FROM h.running_at - h.created_at) * 1000
     FROM pikku_workflows_workflowstephistory h
@@ -277,6 +282,9 @@ DBOS_SPAN = (
     "SELECT (max(updated_at) - min(created_at)) / 1000.0 FROM dbos.workflow_status "
     "WHERE workflow_uuid = ANY(%s)"
 )
+DBOS_COMPLETION_MS = (
+    "SELECT updated_at - created_at FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)"
+)
 DBOS_RUN_LATENCY = """
     SELECT min(o.started_at_epoch_ms) - w.created_at
     FROM dbos.workflow_status w JOIN dbos.operation_outputs o USING (workflow_uuid)
@@ -323,6 +331,7 @@ class Engine:
     span: str
     run_latency: str
     step_latency: str | None
+    completion_ms: str
 
     @property
     def url(self) -> str:
@@ -382,6 +391,33 @@ def run_round(
     return Round(
         engine.name, workers, n, k, seconds, run_latency, step_latency, transactions, round_trips
     )
+
+
+def fairness_p95(
+    engine: Engine, workdir: Path, long_k: int | None, short_n: int, short_k: int
+) -> float:
+    """The p95 completion time (ms) of `short_n` runs of `short_k` steps on 2 worker
+    processes, submitted once a run of `long_k` steps (when given) has started."""
+    log = workdir / f"{engine.name}-fair-{time.monotonic_ns()}.log"
+    processes = engine.start_workers(engine.url, 2, log)
+    watcher = Watcher(engine.url)
+    try:
+        long_ids = engine.submit(1, long_k) if long_k else []
+        engine.after_submit()
+        if long_ids:
+            time.sleep(0.5)  # the long run is under way before the short ones arrive
+        short_ids = engine.submit(short_n, short_k)
+        engine.after_submit()
+        deadline = time.monotonic() + ROUND_TIMEOUT
+        while watcher.scalar(engine.unfinished, [short_ids + long_ids]):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{engine.name}: fairness runs unfinished")
+            time.sleep(POLL_SECONDS)
+        completions = [float(row[0]) for row in watcher.rows(engine.completion_ms, [short_ids])]
+    finally:
+        stop(processes)
+        watcher.close()
+    return percentile(completions, 0.95)
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,6 +507,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per count")
     parser.add_argument("--count-n", type=int, default=50, help="workflows in the counting round")
     parser.add_argument("--growth-ks", default="10,100,1000", help="K of the sequential runs")
+    parser.add_argument("--fairness-long-k", type=int, default=2000, help="0: no fairness mode")
     parser.add_argument("--no-dbos", action="store_true", help="run pikku's half only")
     parser.add_argument("--dbos-worker", nargs=2, metavar=("URL", "INDEX"), help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -516,6 +553,7 @@ def setup_dbos(args: argparse.Namespace) -> tuple[Engine | None, str]:
         DBOS_SPAN,
         DBOS_RUN_LATENCY,
         None,
+        DBOS_COMPLETION_MS,
     )
     return engine, ""
 
@@ -547,6 +585,7 @@ def main() -> None:
         PIKKU_SPAN,
         PIKKU_RUN_LATENCY,
         PIKKU_STEP_LATENCY,
+        PIKKU_COMPLETION_MS,
     )
     dbos, skipped = None, ""
     try:
@@ -600,6 +639,14 @@ def main() -> None:
                 print(f"  {engine.name}: one run of K={k}, 1 worker process...", flush=True)
                 growth[k][engine.name] = run_round(engine, 1, 1, k, workdir)
 
+        fair: dict[str, tuple[float, float]] = {}
+        if args.fairness_long_k:
+            for engine in engines:
+                print(f"  {engine.name}: fairness, 50 x 10 alone, then behind one long run...")
+                alone = fairness_p95(engine, workdir, None, 50, 10)
+                behind = fairness_p95(engine, workdir, args.fairness_long_k, 50, 10)
+                fair[engine.name] = (alone, behind)
+
     print()
     print(f"Throughput: N={args.workflows} workflows x K={args.steps} steps, submitted at once")
     print_throughput(results)
@@ -645,6 +692,17 @@ def main() -> None:
             for name, r in by_engine.items()
         )
         print(f"  K={k:<5} {line}")
+    if fair:
+        print()
+        print(
+            f"Fairness: p95 completion of 50 runs x 10 steps on 2 worker processes, alone and "
+            f"behind one run of {args.fairness_long_k} steps started first:"
+        )
+        for name, (alone, behind) in fair.items():
+            print(
+                f"  {name:<6} alone {alone:8.0f} ms, behind the long run {behind:8.0f} ms "
+                f"({behind / alone:.2f}x)"
+            )
     print(f"load average at the end: {load_average()}")
 
 

@@ -16,11 +16,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import DataError, transaction
+from django.utils import timezone
 
 from ..exceptions import (
     AttemptTimedOut,
+    RunInterrupted,
     StepLeaseExpired,
     StepResultNotSerializable,
+    StepSuperseded,
     StepTimedOut,
 )
 from ..models import WorkflowRun, WorkflowStep
@@ -28,9 +31,15 @@ from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import StepDispatch, StepStatus
 from .claims import lock_step_txn
-from .leases import heartbeat, step_lease_until
-from .replay import observe_timer
-from .transitions import move_step_txn, record_step_outcome
+from .leases import heartbeat, request_rerun, step_lease_until
+from .replay import ReplayPass, observe_timer
+from .transitions import (
+    UnrecordedSuccess,
+    create_step_in_run,
+    move_step_txn,
+    on_postgresql,
+    record_step_outcome,
+)
 
 INVOCATION_NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")
 
@@ -226,6 +235,60 @@ def record_outcome(
             )
     except DataError as exc:
         return _record_failure(step, _unstorable(step, str(exc)), policy, continue_as)
+
+
+def finish_in_pass(
+    rp: ReplayPass, step: WorkflowStep, outcome: Outcome, policy: RetryPolicy
+) -> None:
+    """Record an attempt the pass ran itself. A success on PostgreSQL is kept for the pass's
+    next write instead (`create_next_step`, `record_kept`): one commit per step, not two."""
+    record_kept(rp)
+    if outcome.succeeded and on_postgresql():
+        step.status, step.result = StepStatus.SUCCEEDED, outcome.value
+        rp.unrecorded = UnrecordedSuccess(step, outcome.value, timezone.now())
+        return
+    with _ours():
+        record_outcome(step, outcome, policy)
+
+
+def create_next_step(rp: ReplayPass, step_key: str, **fields: Any) -> WorkflowStep:
+    """Create the pass's next step in the run; the success kept for this write is recorded in
+    the same statement."""
+    kept, rp.unrecorded = rp.unrecorded, None
+    if kept is None:
+        return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
+    try:
+        with _ours(), _savepoint_if_in_transaction():
+            return create_step_in_run(rp.run.pk, rp.holder, step_key, after=kept, **fields)
+    except DataError:
+        # The kept result, or the new step's values, refused: write them one at a time.
+        rp.unrecorded = kept
+        record_kept(rp)
+        return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
+
+
+def record_kept(rp: ReplayPass) -> None:
+    """Write the success kept for the pass's next write now: before any other write, and before
+    the pass ends. If the database refuses the result, the step fails (unstorable) and the body,
+    which went on with it, is replayed in one more pass."""
+    kept, rp.unrecorded = rp.unrecorded, None
+    if kept is None:
+        return
+    with _ours():
+        record_outcome(kept.step, Outcome(True, kept.result), RetryPolicy(0, None))
+    if kept.step.status != StepStatus.SUCCEEDED:
+        request_rerun(rp.run.pk)
+        raise RunInterrupted(f"step {kept.step.step_key!r} could not be recorded as it ran")
+
+
+@contextlib.contextmanager
+def _ours() -> Iterator[None]:
+    """A newer attempt owning a step this pass ran means the run is no longer the pass's to
+    drive (its lease lapsed meanwhile): the pass ends quietly, the newer attempt counts."""
+    try:
+        yield
+    except StepSuperseded as exc:
+        raise RunInterrupted(str(exc)) from exc
 
 
 def _record_failure(

@@ -25,6 +25,7 @@ from ..querysets import database_in
 from ..retry import RetryPolicy
 from ..serialization import describe_error
 from ..status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from .attempts import record_kept
 from .claims import lock_running_run_txn
 from .replay import ReplayPass, is_driven_here
 from .run_rows import create_run_row
@@ -34,6 +35,7 @@ from .transitions import move_step, move_step_txn
 def launch_next(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> WorkflowStep:
     """Start the child run of the step's next attempt (its first from pending; a new one after
     a failed child), park the step on it, and settle it at once if the child already ended."""
+    record_kept(rp)
     source = step.status
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)

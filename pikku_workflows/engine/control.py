@@ -129,8 +129,9 @@ def retry_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any
     pk, reason, by = _checked(run_id, reason, by)
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
-        move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None)
+        # The steps before the run row (the lock order of claims.sql); a refused move rolls back.
         rearmed = [_rearm_step_txn(step) for step in _exhausted_steps(pk)]
+        move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None)
         _audit(pk, RETRY.action, before, RETRY.target, by, reason, steps=rearmed)
         enqueue_orchestration(pk)
 
@@ -240,8 +241,9 @@ def _audit(
 def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
     """Cancel one run and, depth first, its live children; every run gets its own audit row."""
     error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
-    move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
+    # Its steps before the run row (the lock order of claims.sql); a refused move rolls back.
     disarmed = _disarm_timers_txn(pk)
+    move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
     cancelled = _cancel_children_txn(pk, reason, by)
     _audit(
         pk,
@@ -272,10 +274,10 @@ def _cancel_children_txn(pk: uuid.UUID, reason: str, by: Any) -> list[str]:
     cancelled = []
     for child_pk, status in live.values_list("pk", "status"):
         try:
-            _cancel_txn(child_pk, status, child_reason, by, parent_run_id=str(pk))
+            with transaction.atomic():  # a savepoint: a child that moved on rolls back alone
+                _cancel_txn(child_pk, status, child_reason, by, parent_run_id=str(pk))
         except InvalidTransition:
             # The child ended (or was cancelled) since we listed it: nothing left to cancel.
-            # move_run wrote nothing, so the transaction is intact.
             continue
         cancelled.append(str(child_pk))
     return cancelled

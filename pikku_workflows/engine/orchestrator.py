@@ -7,6 +7,7 @@ what failed, for the queue or recovery to run it again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from functools import partial
 from typing import Any
@@ -28,6 +29,7 @@ from ..registry import registry
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus
 from . import children
+from .attempts import record_kept
 from .leases import (
     abandon_run_lease,
     acquire_run_lease,
@@ -38,7 +40,7 @@ from .leases import (
 )
 from .replay import LeasedRun, ReplayPass, driving
 from .transitions import move_run
-from .workflow import Workflow
+from .workflow import Workflow, engine_statements
 
 logger = logging.getLogger(__name__)
 
@@ -144,17 +146,35 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
     try:
         output = body(Workflow(rp), rp.input)
     except (RunParked, RunSuspendedSignal, RunInterrupted):
+        _recorded(rp)
         return False
+    except PassAbandoned:
+        with contextlib.suppress(Exception, RunInterrupted):
+            record_kept(rp)  # the database may still take it; if not, the step runs again
+        raise
     except StepFailed as exc:
-        return _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
     except Exception as exc:
-        return _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+    if not _recorded(rp):
+        return False
     try:
         output = round_trip(output)
     except NotStorableJson as exc:
         error = describe_error(OutputNotSerializable(str(exc)), traceback=False)
         return _end(run, holder, RunStatus.FAILED, error=error)
     return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
+
+
+def _recorded(rp: ReplayPass) -> bool:
+    """Write the success the pass kept for its next write (the pass ends now); False when the
+    database refused it: the step failed, and one more pass replays the body."""
+    try:
+        with engine_statements():
+            record_kept(rp)
+    except RunInterrupted:
+        return False
+    return True
 
 
 def _step_failed_error(exc: StepFailed) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from ..exceptions import (
 from ..models import WorkflowStep
 from ..registry import StepFunctionDefinition, registry
 from ..status import StepStatus
-from .attempts import timeout_enforceable
+from .attempts import record_kept, timeout_enforceable
 from .replay import ReplayPass
 from .transitions import create_dispatched_step, create_step_in_run, move_step, on_postgresql
 
@@ -125,6 +125,7 @@ def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> 
     run lease's release are one statement (one commit instead of four); otherwise the step is
     created pending and `dispatch_step` enqueues it, then marks it scheduled.
     """
+    record_kept(rp)
     if not (on_postgresql() and queue_in_engine_database()):
         dispatch_step(rp, _create_pending(rp, step_key, fields))
     definition = registry.get_step_function(fields["function_name"])
@@ -145,6 +146,7 @@ def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> 
 
 def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> NoReturn:
     """Enqueue the step for a worker, then mark it scheduled; the run waits for it."""
+    record_kept(rp)
     definition = registry.get_step_function(step.function_name or "")
     try:
         enqueue_step(rp.run.pk, step.step_key, definition.queue)

@@ -17,6 +17,7 @@ from ..exceptions import InvalidInput
 from ..models import WorkflowRun, WorkflowStep
 from ..serialization import NotStorableJson, round_trip
 from ..validation import KEY_MAX_LENGTH, checked_text
+from .transitions import UnrecordedSuccess
 
 _driven: ContextVar[frozenset[str]] = ContextVar("pikku_driven_runs", default=frozenset())
 
@@ -83,6 +84,8 @@ class ReplayPass:
     last_key: str | None = None
     # Set when a dispatch released the run lease in its own statement (the pass then ends).
     lease_released: bool = False
+    # A step's success not written yet: the pass's next write records it (attempts.py).
+    unrecorded: UnrecordedSuccess | None = None
 
     @classmethod
     def begin(

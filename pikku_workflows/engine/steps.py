@@ -19,11 +19,9 @@ from ..exceptions import (
     InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
-    RunInterrupted,
     RunParked,
     StepFailed,
     StepFunctionNotDeployed,
-    StepSuperseded,
     WorkflowSuspended,
 )
 from ..models import WorkflowStep
@@ -36,14 +34,16 @@ from . import children, queued
 from .attempts import (
     call_user_code,
     claim_next_attempt,
-    record_outcome,
+    create_next_step,
+    finish_in_pass,
+    record_kept,
     started_by_name,
     step_context,
     timeout_enforceable,
 )
 from .replay import ReplayPass, lease_lapsed, observe_timer, seconds_until_due
 from .suspension import suspend_in_pass
-from .transitions import create_step_in_run, move_step
+from .transitions import move_step
 
 SUSPEND_PREFIX = "__suspend:"
 
@@ -75,14 +75,14 @@ def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOpti
     call = _resolve_call(rp, key, target, data, options)
     step = rp.steps.get(call.key)
     if step is not None:
-        _adopt_deployed_workflow(step, call)
+        _adopt_deployed_workflow(rp, step, call)
         _check_same_step(step, call)
     elif call.kind == StepKind.FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
     return _drive(rp, call, step)
 
 
-def _adopt_deployed_workflow(step: WorkflowStep, call: StepCall) -> None:
+def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
     """A name that was unknown when the step was recorded (RPC_NOT_FOUND: pending, no attempt)
     may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
     if (
@@ -91,6 +91,7 @@ def _adopt_deployed_workflow(step: WorkflowStep, call: StepCall) -> None:
         and call.kind == StepKind.CHILD
         and step.function_name == call.function_name
     ):
+        record_kept(rp)
         pending = WorkflowStep.objects.filter(
             pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
         )
@@ -217,6 +218,7 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
         suspend_missing_function(rp, call)
     if call.kind == StepKind.CHILD:
         return children.launch_next(rp, step, call.policy)
+    record_kept(rp)
     placement = _placement(rp, call, step)
     if placement == StepDispatch.QUEUED:
         # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
@@ -238,10 +240,7 @@ def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflow
         else (step.data, step_context(step, started_by_name(rp.run)))
     )
     outcome = call_user_code(step, _in_savepoint(call.func), args)
-    try:
-        record_outcome(step, outcome, call.policy)
-    except StepSuperseded as exc:
-        raise RunInterrupted(str(exc)) from exc
+    finish_in_pass(rp, step, outcome, call.policy)
     return step
 
 
@@ -286,9 +285,7 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
 
 def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) -> WorkflowStep:
     """Create the step in the run (`attempt`: its first attempt's lease, timer or dispatch)."""
-    step = create_step_in_run(
-        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **attempt
-    )
+    step = create_next_step(rp, call.key, status=status, **_step_row_fields(call), **attempt)
     rp.steps[call.key] = step
     return step
 
@@ -348,6 +345,7 @@ def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None
 def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
     if step.status == StepStatus.SUCCEEDED:
         return
+    record_kept(rp)
     _wait_until_due(rp, step)  # parks the run unless the timer is (nearly) due
     try:
         move_step(step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None)

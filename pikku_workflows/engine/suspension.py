@@ -8,6 +8,7 @@ from django.db import transaction
 
 from ..exceptions import RunSuspendedSignal, WorkflowError
 from ..status import RunStatus, StepStatus
+from .attempts import record_kept
 from .claims import lock_running_run_txn
 from .replay import ReplayPass
 from .transitions import create_step_txn, move_run
@@ -24,6 +25,7 @@ def suspend_in_pass(
     """Create the asking step (`step_fields` given) and suspend the run with `why` as its error,
     then stop the body. One transaction: a crash can't leave a recorded suspend step on a run
     that kept running."""
+    record_kept(rp)
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)
         if step_fields is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,17 @@ STATEMENTS = Statements(
 STAMPED = tuple(column for column in HISTORY_TIMESTAMP.values() if column != "created_at")
 # Step columns the database sets from seconds given (on its clock), never from a value.
 CLOCKED = ("lease_expires_at", "wake_at")
+
+
+@dataclass(frozen=True)
+class UnrecordedSuccess:
+    """A step attempt's result its pass has not written yet: the write that creates the pass's
+    next step records it, fenced as ever (one commit per step). Until then the step is
+    `succeeded` in the pass's memory only; a crash in between re-runs it once."""
+
+    step: WorkflowStep
+    result: Any
+    finished_at: datetime  # when the attempt returned: its history's succeeded_at
 
 
 def on_postgresql() -> bool:
@@ -117,26 +129,48 @@ def create_step_in_run(
     lease_seconds: float | None = None,
     wake_in_ms: int | None = None,
     dispatch: str | None = None,
+    after: UnrecordedSuccess | None = None,
     **fields: Any,
 ) -> WorkflowStep:
     """Insert a step with its first history row into a run this pass holds: one commit.
 
     `lease_seconds` / `wake_in_ms` set its lease / timer that far ahead on the database clock;
-    `dispatch` says how its first attempt runs (a `StepDispatch`; None: not decided yet).
+    `dispatch` says how its first attempt runs (a `StepDispatch`; None: not decided yet);
+    `after`: the previous step's success, recorded in the same statement (StepSuperseded when
+    a newer attempt owns that step, and then nothing is written).
     """
     step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
     if not on_postgresql():
+        if after is not None:
+            record_step_outcome(after.step, StepStatus.SUCCEEDED, result=after.result)
         with transaction.atomic():
             lock_running_run_txn(run_id, lease_holder)
             return _save_new_step_txn(step, lease_seconds, wake_in_ms, dispatch)
     params = _new_step_params(step, lease_seconds, wake_in_ms, dispatch)
     params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
-    row = _fetch_one("insert_step_in_run", params)
+    if after is None:
+        row = _fetch_one("insert_step_in_run", params)
+    else:
+        row = _record_and_insert(after, params)
     if row is None:
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
     step.lease_expires_at, step.wake_at = row
     step._state.adding, step._state.db = False, connection.alias
     return step
+
+
+def _record_and_insert(after: UnrecordedSuccess, params: dict[str, Any]) -> tuple[Any, Any] | None:
+    """Run `record_outcome_and_insert_step`: the new step's (lease, timer), or None when the run
+    stopped running under the pass (the outcome is recorded all the same)."""
+    fields = {"result": after.result, "error": None, "attempt_limit": after.step.attempt_limit}
+    params |= _outcome_params(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
+    row = _fetch_one("record_outcome_and_insert_step", params)
+    assert row is not None, "the statement always answers one row"
+    outcome_moved, inserted, lease, timer = row
+    if not outcome_moved:
+        _raise_refused(after.step, StepStatus.SUCCEEDED)
+    _mark_recorded(after.step, StepStatus.SUCCEEDED, fields, None)
+    return (lease, timer) if inserted else None
 
 
 def create_dispatched_step(
@@ -285,17 +319,27 @@ def record_step_outcome(
         leased = run if run.pk is not None else None
     if not moved:
         _raise_refused(step, target)
-    step.status, step.lease_expires_at, step.wake_at = target, None, wake_at
-    for name, value in fields.items():
-        setattr(step, name, value)
+    _mark_recorded(step, target, fields, wake_at)
     return leased
 
 
+def _mark_recorded(step: WorkflowStep, target: str, fields: dict[str, Any], wake_at: Any) -> None:
+    step.status, step.lease_expires_at, step.wake_at = target, None, wake_at
+    for name, value in fields.items():
+        setattr(step, name, value)
+
+
 def _outcome_params(
-    step: WorkflowStep, target: str, fields: dict[str, Any], wake_in_ms: int | None
+    step: WorkflowStep,
+    target: str,
+    fields: dict[str, Any],
+    wake_in_ms: int | None,
+    at: datetime | None = None,
 ) -> dict[str, Any]:
+    """The named parameters of `step_outcome_ctes` (prefixed: they share statements with a new
+    step's)."""
     json_field = WorkflowStep._meta.get_field("result")
-    return {
+    params = {
         "step_id": step.pk,
         "attempt": step.attempt,
         "sources": [StepStatus.RUNNING],
@@ -304,8 +348,9 @@ def _outcome_params(
         "error": json_field.get_db_prep_save(fields["error"], connection),
         "attempt_limit": fields["attempt_limit"],
         "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,
-        **history_stamps(target, timezone.now()),
+        **history_stamps(target, at or timezone.now()),
     }
+    return {f"outcome_{name}": value for name, value in params.items()}
 
 
 def claim_queued_step(

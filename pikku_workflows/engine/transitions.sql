@@ -71,23 +71,25 @@ dispatched AS (SELECT step_id FROM history),
 SELECT lease.released, (SELECT count(*) FROM queue_message) AS messages FROM lease
 
 -- name: step_outcome_ctes
--- (fragment) CTEs `moved` (the step %(step_id)s to %(status)s, fenced by its attempt
--- %(attempt)s and source statuses %(sources)s, a retry's timer on the database clock) and
--- `history` (that attempt's row, stamped).
+-- (fragment) CTEs `moved` (the step %(outcome_step_id)s to %(outcome_status)s, fenced by its
+-- attempt %(outcome_attempt)s and source statuses %(outcome_sources)s, a retry's timer on the
+-- database clock) and `outcome_history` (that attempt's row, stamped).
 moved AS (
-    UPDATE {step} SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s::jsonb,
-        attempt_limit = %(attempt_limit)s::integer, lease_expires_at = NULL,
-        wake_at = clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
+    UPDATE {step} SET status = %(outcome_status)s, result = %(outcome_result)s::jsonb,
+        error = %(outcome_error)s::jsonb,
+        attempt_limit = %(outcome_attempt_limit)s::integer, lease_expires_at = NULL,
+        wake_at = clock_timestamp() + make_interval(secs => %(outcome_wake_in_seconds)s::float8),
         updated_at = clock_timestamp()
-    WHERE id = %(step_id)s::uuid AND attempt = %(attempt)s::integer
-        AND status = ANY(%(sources)s)
+    WHERE id = %(outcome_step_id)s::uuid AND attempt = %(outcome_attempt)s::integer
+        AND status = ANY(%(outcome_sources)s)
     RETURNING id, run_id, wake_at
 ),
-history AS (
-    UPDATE {history} SET status = %(status)s, result = %(result)s::jsonb,
-        error = %(error)s::jsonb, succeeded_at = %(succeeded_at)s::timestamptz,
-        failed_at = %(failed_at)s::timestamptz
-    WHERE step_id = (SELECT id FROM moved) AND attempt = %(attempt)s::integer
+outcome_history AS (
+    UPDATE {history} SET status = %(outcome_status)s, result = %(outcome_result)s::jsonb,
+        error = %(outcome_error)s::jsonb,
+        succeeded_at = %(outcome_succeeded_at)s::timestamptz,
+        failed_at = %(outcome_failed_at)s::timestamptz
+    WHERE step_id = (SELECT id FROM moved) AND attempt = %(outcome_attempt)s::integer
     RETURNING step_id
 )
 
@@ -96,6 +98,23 @@ history AS (
 -- no row (nothing written) when a newer attempt owns the step.
 WITH {step_outcome_ctes}
 SELECT wake_at FROM moved
+
+-- name: record_outcome_and_insert_step
+-- One commit per step in a pass: record the previous step's outcome (as `record_step_outcome`)
+-- and, once it moved, insert the next step with its first history row into the run this pass
+-- holds (as `insert_step_in_run`). One row: whether the outcome moved, the new step's lease and
+-- timer (NULL, nothing inserted, once the run stopped running under the pass).
+WITH {step_outcome_ctes},
+guard AS ({run_held_by_pass}),
+new_step AS (
+    INSERT INTO {step} ({new_step_columns})
+    SELECT {new_step_values} FROM guard WHERE EXISTS (SELECT 1 FROM moved)
+    RETURNING id, attempt, status, result, error, created_at, lease_expires_at, wake_at
+),
+{first_history_row}
+SELECT (SELECT count(*) FROM moved) AS outcome_moved, (SELECT count(*) FROM new_step),
+    new_step.lease_expires_at, new_step.wake_at
+FROM (SELECT 1) AS one LEFT JOIN new_step ON true
 
 -- name: record_step_outcome_taking_run_lease
 -- `record_step_outcome`, and once the step moved, take its run's lease for %(lease_holder)s if
@@ -119,7 +138,7 @@ FROM (SELECT 1) AS one LEFT JOIN lease ON true
 -- A worker's claim of a queued step (pending or scheduled, %(sources)s; its function one this
 -- worker has) of a running run: running under a fresh lease on the database clock, its
 -- history row stamped. Returns the step and the run's starter, or no row.
-WITH guard AS ({run_running_held}),
+WITH guard AS ({run_running_unlocked}),
 claimed AS (
     UPDATE {step} SET status = %(running)s, wake_at = NULL, updated_at = clock_timestamp(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8)

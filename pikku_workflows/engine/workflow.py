@@ -16,6 +16,7 @@ from typing import Any
 from django.db import Error as DatabaseError
 
 from ..exceptions import PassAbandoned, WorkflowDispatchException
+from .attempts import record_kept
 from .replay import ReplayPass
 from .steps import StepOptions, run_sleep, run_step, run_suspend
 
@@ -82,6 +83,7 @@ class Workflow:
     def set_state(self, key: str, value: Any) -> None:
         """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""
         with engine_statements():
+            record_kept(self._replay)
             self._replay.set_state(key, value)
 
     @property

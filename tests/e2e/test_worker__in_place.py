@@ -88,3 +88,27 @@ def test_in_place__sigterm_lets_the_running_step_finish_and_queues_the_next(star
     assert Counter(line["step_key"] for line in executions(log)) == Counter(
         f"t{i}" for i in range(8)
     )  # nothing ran twice
+
+
+def test_in_place__kill_9_between_a_step_and_the_write_of_its_result_reruns_it_once(
+    start_worker, tmp_path
+):
+    # One commit per step: a step's result is written with the next step's creation. A kill in
+    # between loses that result only; the step runs once more, and nothing else is lost.
+    log = tmp_path / "executions.jsonl"
+    worker = start_worker(PIKKU_IN_PLACE_MAX_SECONDS="60")  # the whole run in place, one pass
+    run_id = pw.start_workflow("e2e.pondering", {"log": str(log), "steps": 6, "think": 0.4})
+    wait_until(lambda: len(executions(log)) >= 3, 30, "three steps to run")
+
+    worker.kill_group()  # the body is thinking: the last step's result is in memory only
+    killed_at = len(executions(log))
+    start_worker()
+    wait_until(lambda: all_ended([run_id]), 60, "the run to finish on the new worker")
+
+    assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+    runs_of = Counter(line["step_key"] for line in executions(log))
+    assert set(runs_of) == {f"p{i}" for i in range(6)}
+    assert max(runs_of.values()) == 2  # the step whose result the kill lost ran once more
+    assert [key for key, count in runs_of.items() if count == 2] == [f"p{killed_at - 1}"]
+    for step in WorkflowStep.objects.filter(run_id=run_id):
+        assert step.result == {"attempt": step.attempt}

@@ -94,3 +94,15 @@ def ticks(wf: pw.Workflow, input: dict[str, Any]) -> list[int]:
         wf.do(f"t{i}", "e2e.tick", step, retries=3, retry_delay="100ms")["attempt"]
         for i in range(input["steps"])
     ]
+
+
+@pw.workflow("e2e.pondering")
+def pondering(wf: pw.Workflow, input: dict[str, Any]) -> list[int]:
+    """Queued steps with work in the body between them: while the body works, the step before
+    has its result in memory only (it is written with the next step's creation)."""
+    step = {"log": input["log"], "seconds": 0.01}
+    attempts = []
+    for i in range(input["steps"]):
+        attempts.append(wf.do(f"p{i}", "e2e.tick", step, retries=3, retry_delay="100ms"))
+        time.sleep(input["think"])  # deterministic work of the body: the same on every replay
+    return [result["attempt"] for result in attempts]

@@ -109,7 +109,7 @@ def _statements_to_run(name: str, steps: int) -> list[str]:
     return _statements(context)
 
 
-def test_replay__each_new_inline_step_costs_two_statements():
+def test_replay__each_new_inline_step_costs_one_statement():
     @pw.step_function("replay.noop")
     def noop(data, ctx):
         return data
@@ -129,15 +129,14 @@ def test_replay__each_new_inline_step_costs_two_statements():
 
         return (count(long) - count(short)) / 10
 
-    # Each new inline step is two statements, each its own (autocommit) transaction, so two
-    # commits and no BEGIN/COMMIT round trips (Django would capture those):
-    #   1. WITH guard (the run is running under our lease, FOR SHARE) INSERT the step, straight
-    #      into running, and INSERT its history row (attempt 1): nothing if the guard fails
-    #   -- the step function runs here, outside any transaction
-    #   2. WITH moved: UPDATE the step to succeeded with its result (fenced by attempt and
-    #      status) and UPDATE that attempt's history row
-    assert per_step() == 2
-    assert per_step("WITH guard") == 1
+    # Each new inline step is one statement, its own (autocommit) transaction, so one commit
+    # and no BEGIN/COMMIT round trips (Django would capture those): WITH moved (the previous
+    # step's result, fenced by attempt and status, with its history row), guard (the run is
+    # running under our lease, FOR SHARE), INSERT the step straight into running with its
+    # history row (attempt 1): nothing if the guard fails. The step function runs after it,
+    # outside any transaction; its result waits for the next step's statement (or the pass's
+    # end).
+    assert per_step() == 1
     assert per_step("WITH moved") == 1
     assert per_step("BEGIN") == per_step("COMMIT") == 0
     # No per-step re-read of the run or of the steps; a run started inline is born leased and

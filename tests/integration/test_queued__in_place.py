@@ -101,7 +101,7 @@ def test_in_place__a_worker_pass_runs_every_queued_step_itself(chain):
     assert not history.filter(scheduled_at__isnull=False).exists()  # pending -> running
 
 
-def test_in_place__a_step_costs_two_statements(chain):
+def test_in_place__a_step_costs_one_statement(chain):
     def statements_for(k: int) -> int:
         run_id = pw.start_workflow("chain.run", {"k": k})
         with CaptureQueriesContext(connection) as captured:
@@ -110,7 +110,8 @@ def test_in_place__a_step_costs_two_statements(chain):
         return len(captured.captured_queries)
 
     statements_for(2)  # warm: statement caches, first-use imports
-    assert statements_for(12) - statements_for(2) == 2 * 10  # create running; record result
+    # Each step's creation records the previous step's result: one statement, one commit.
+    assert statements_for(12) - statements_for(2) == 10
 
 
 @override_settings(PIKKU_WORKFLOWS={"IN_PLACE_MAX_STEPS": 3})

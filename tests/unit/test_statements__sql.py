@@ -45,10 +45,22 @@ def test_insert_step_in_run__takes_the_run_guard_before_inserting():
     assert text.index("FOR SHARE)", guard) < text.index("INSERT INTO")
 
 
-def test_claim_queued_step__holds_the_run_for_share_of_run():
+def test_claim_queued_step__shares_the_run_unless_another_transaction_holds_it():
     text = stripped(transitions.STATEMENTS, "claim_queued_step")
-    assert "FOR SHARE OF run)" in text
-    assert text.index("FOR SHARE OF run)") < text.index("UPDATE")
+    assert "FOR SHARE OF run SKIP LOCKED)" in text
+    assert text.index("FOR SHARE OF run SKIP LOCKED)") < text.index("UPDATE")
+
+
+def test_record_outcome_and_insert_step__records_first_then_guards_then_inserts():
+    text = stripped(transitions.STATEMENTS, "record_outcome_and_insert_step")
+    moved, guard = text.index("WITH moved AS ( UPDATE"), text.index("guard AS (SELECT id FROM")
+    assert moved < guard < text.index("FOR SHARE)") < text.index("INSERT INTO")
+    assert "FROM guard WHERE EXISTS (SELECT 1 FROM moved)" in text
+
+
+def test_record_step_outcome_taking_run_lease__never_waits_for_the_run_row():
+    text = stripped(transitions.STATEMENTS, "record_step_outcome_taking_run_lease")
+    assert "FOR NO KEY UPDATE SKIP LOCKED" in text
 
 
 def test_statement__a_lock_mentioned_only_in_a_comment_does_not_count():
