@@ -18,6 +18,7 @@ Map (each module imports only those listed below it; none imports one above):
 - `attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it (fenced).
 - `timers`: due timers (sleeps, retry backoffs) fired and dispatched.
 - `replay`: one pass's view of a run: its steps read once, ordinals, state.
+- `run_state`: the run's state map, merged one key at a time (`run_state.sql`).
 - `run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
 - `leases`: run and step leases on the database clock, and the heartbeat that renews them.
 - `transitions`: every status change of runs and steps (`transitions.sql` on PostgreSQL).

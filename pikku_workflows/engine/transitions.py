@@ -253,6 +253,8 @@ def record_step_outcome(
         "result": result,
         "error": error,
         "attempt_limit": attempt_limit or step.attempt_limit,
+        # The branch the attempt chose (`ctx.branch`) counts only with its result.
+        "branch_taken": step.branch_taken if target == StepStatus.SUCCEEDED else None,
     }
     if not on_postgresql():
         timer = _clocked(None, wake_in_ms).get("wake_at")
@@ -297,6 +299,7 @@ def _outcome_params(
         "result": json_field.get_db_prep_save(fields["result"], connection),
         "error": json_field.get_db_prep_save(fields["error"], connection),
         "attempt_limit": fields["attempt_limit"],
+        "branch_taken": fields["branch_taken"],
         "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,
         **history_stamps(target, timezone.now()),
     }

@@ -71,11 +71,12 @@ SELECT lease.released, (SELECT count(*) FROM queue_message) AS messages FROM lea
 
 -- name: step_outcome_ctes
 -- (fragment) CTEs `moved` (the step %(step_id)s to %(status)s, fenced by its attempt
--- %(attempt)s and source statuses %(sources)s, a retry's timer on the database clock) and
--- `history` (that attempt's row, stamped).
+-- %(attempt)s and source statuses %(sources)s, with the branch it chose, a retry's timer on the
+-- database clock) and `history` (that attempt's row, stamped).
 moved AS (
     UPDATE {step} SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s::jsonb,
-        attempt_limit = %(attempt_limit)s::integer, lease_expires_at = NULL,
+        attempt_limit = %(attempt_limit)s::integer, branch_taken = %(branch_taken)s,
+        lease_expires_at = NULL,
         wake_at = clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
         updated_at = clock_timestamp()
     WHERE id = %(step_id)s::uuid AND attempt = %(attempt)s::integer
