@@ -22,7 +22,12 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
     "MAX_PAYLOAD_BYTES": 10_000_000,
+    # What a replay that asks for another function at a recorded key does: "fail" the run with
+    # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
+    "ON_NON_DETERMINISM": "fail",
 }
+
+ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")
 
 
 class Settings:

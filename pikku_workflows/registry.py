@@ -219,14 +219,40 @@ def graph_workflow_from_file(path: str | Path, *, name: str | None = None) -> Gr
 
 
 def graph_function_problems(graph: GraphDefinition, known: Registry) -> list[str]:
-    """One problem per node whose function is neither a step function nor a workflow."""
-    return function_problems(graph.nodes.values(), known.can_call)
+    """One problem per node whose function is neither a step function nor a workflow, and
+    per node the engine cannot run yet."""
+    return function_problems(graph.nodes.values(), known.can_call) + _unsupported_nodes(graph)
+
+
+def _unsupported_nodes(graph: GraphDefinition) -> list[str]:
+    # Approval nodes park on a WorkflowApproval, which the approvals engine creates and decides;
+    # until it is part of this build a run could only stop at them, so none may start.
+    return [
+        f"node {node.id!r}: approval nodes need the approvals engine "
+        "(pikku_workflows.engine.approvals), which this build does not have yet"
+        for node in graph.nodes.values()
+        if node.approval is not None
+    ]
 
 
 def validate_graph_functions(graph: GraphDefinition, known: Registry, name: str = "") -> None:
     """Raise InvalidInput listing every node whose step function is not registered (the
     engine calls it when a graph run first starts; `manage.py check` reports the same)."""
     raise_problems(graph_function_problems(graph, known), name or None)
+
+
+def describe_definition(name: str) -> dict[str, Any]:
+    """A registered workflow as `GET definitions/{name}/` answers it: its kind, the version a run
+    started now records (a graph's hash, a code workflow's fingerprint), and its definition (a
+    graph's JSON; None for code) with its planned steps. WorkflowNotFound for an unknown name."""
+    definition = registry.get_workflow(name)
+    return {
+        "name": definition.name,
+        "kind": definition.kind,
+        "version": definition.code_version,
+        "definition": definition.graph.source if definition.graph is not None else None,
+        "planned_steps": definition.planned_steps,
+    }
 
 
 def _graph_body(wf: Any, input: Any) -> Any:

@@ -10,8 +10,11 @@ Map (each module imports only those listed below it; none imports one above):
 - `worker`: the step task's body: claim a queued step, run it, record it, continue the run.
 - `recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
 - `orchestrator`: one pass: take the run lease, replay the body, record how the run ended.
+- `graphs`: a graph run's pass: plan from its steps, start what the plan fires, plan again.
+- `versions`: deploy safety: the definition a graph run started on, and what a
+  non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `workflow`: the `wf` handle a body drives its run with.
-- `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay.
+- `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph node).
 - `children`: child runs started by a step, and telling the parent when they end.
 - `queued`: handing a queued step to a worker from inside a pass.
 - `suspension`: suspending the run from inside its pass.
