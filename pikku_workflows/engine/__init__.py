@@ -14,6 +14,7 @@ Map (each module imports only those listed below it; none imports one above):
 - `versions`: deploy safety: the definition a graph run started on, and what a
   non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `workflow`: the `wf` handle a body drives its run with.
+- `patches`: `wf.patched` and `wf.deprecate_patch`: patch markers.
 - `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph node).
 - `children`: child runs started by a step, and telling the parent when they end.
 - `queued`: handing a queued step to a worker from inside a pass.

@@ -82,6 +82,9 @@ class ReplayPass:
     state: dict[str, Any] = field(default_factory=dict)
     ordinals: Counter[str] = field(default_factory=Counter)
     last_key: str | None = None
+    # Keys the body reached in this pass, and the patch decisions it made (engine/patches.py).
+    reached: set[str] = field(default_factory=set)
+    patches: dict[str, bool] = field(default_factory=dict)
     # Set when a dispatch released the run lease in its own statement (the pass then ends).
     lease_released: bool = False
 
@@ -107,6 +110,7 @@ class ReplayPass:
         if len(key) > KEY_MAX_LENGTH:
             raise InvalidInput(f"Step key {key!r} is longer than {KEY_MAX_LENGTH} characters.")
         previous, self.last_key = self.last_key, key
+        self.reached.add(key)
         return key, previous
 
     def set_state(self, key: str, value: Any) -> None:

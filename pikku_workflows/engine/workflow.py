@@ -16,6 +16,7 @@ from typing import Any
 from django.db import Error as DatabaseError
 
 from ..exceptions import PassAbandoned, WorkflowDispatchException
+from .patches import run_patched
 from .replay import ReplayPass
 from .steps import StepOptions, run_sleep, run_step, run_suspend
 
@@ -83,6 +84,20 @@ class Workflow:
         """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""
         with engine_statements():
             self._replay.set_state(key, value)
+
+    def patched(self, patch_id: str) -> bool:
+        """True for a run that reaches this point on code that has the patch (a marker step is
+        recorded, so it stays True on every replay); False for a run whose history passed this
+        point before the patch existed: it keeps the old branch."""
+        with engine_statements():
+            return run_patched(self._replay, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """For the release that removes a patch's old branch (no run that needs it is left):
+        records the marker like `patched`, so workers still on the `patched` release agree,
+        and branches nothing."""
+        with engine_statements():
+            run_patched(self._replay, patch_id)
 
     @property
     def state(self) -> Mapping[str, Any]:
