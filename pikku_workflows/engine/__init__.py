@@ -9,6 +9,8 @@ Map (each module imports only those listed below it; none imports one above):
 - `reads`: what a run looks like from outside: status summary, `waiting_on`, timeline, state.
 - `worker`: the step task's body: claim a queued step, run it, record it, continue the run.
 - `recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
+- `replay_check`: replaying stored histories against the current code, running no step
+  (`manage.py pikku_replay_check`).
 - `orchestrator`: one pass: take the run lease, replay the body, record how the run ended.
 - `graphs`: a graph run's pass: plan from its steps, start what the plan fires, plan again.
 - `versions`: deploy safety: the definition a graph run started on, and what a
