@@ -77,3 +77,34 @@ def die(data: dict[str, Any], ctx: pw.StepContext) -> None:
 @pw.workflow("e2e.doomed")
 def doomed(wf: pw.Workflow, input: dict[str, Any]) -> None:
     wf.do("die", "e2e.die", input, retries=1)
+
+
+@pw.step_function("e2e.echo")
+def echo(data: Any, ctx: pw.StepContext) -> Any:
+    return data
+
+
+# A fan-out of two slow queued nodes (each works `seconds` on its first attempt: time to kill
+# the worker running them) and their join.
+_SLOW_NODE = {
+    "function": "e2e.slow",
+    "input": {
+        "log": {"$ref": "trigger", "path": "log"},
+        "seconds": {"$ref": "trigger", "path": "seconds"},
+    },
+    "retries": 2,
+    "retry_delay": "100ms",
+    "next": "join",
+}
+pw.graph_workflow(
+    "e2e.fan_out",
+    {
+        "entry": "start",
+        "nodes": {
+            "start": {"function": "e2e.echo", "next": ["left", "right"]},
+            "left": _SLOW_NODE,
+            "right": _SLOW_NODE,
+            "join": {"function": "e2e.echo"},
+        },
+    },
+)
