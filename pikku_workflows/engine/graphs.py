@@ -27,8 +27,8 @@ def run_graph(rp: ReplayPass, wf: Workflow, trigger: Any) -> Any:
     """The body of every graph run: returns the run's output once the plan completes; raises
     GraphRunFailed on the plan's failure, RunParked while it waits (VersionNotFound when the
     definition it started on is no longer stored)."""
-    definition = run_graph_definition(rp.run)
     with engine_statements():
+        definition = run_graph_definition(rp.run)
         return _GraphPass(rp, definition, trigger).run()
 
 

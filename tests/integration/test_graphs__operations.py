@@ -6,14 +6,15 @@ the same."""
 from __future__ import annotations
 
 import pytest
+from django.db import DatabaseError, connection
 from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.engine.orchestrator import orchestrate
 from pikku_workflows.exceptions import WorkflowDispatchException
-from pikku_workflows.models import WorkflowStep
+from pikku_workflows.models import WorkflowStep, WorkflowVersion
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.faults import QUEUE_TABLE, refused
+from tests.faults import QUEUE_TABLE, HeldRowLock, refused
 from tests.graph_runs import Calls, register_graph_functions, step_keys
 from tests.queue import drain_queue, queued_tasks
 from tests.rows import load_run
@@ -118,3 +119,62 @@ def test_graph__summary_and_timeline_read_like_a_code_run(calls):
     assert [event["event"] for event in join_events][-1] == "succeeded"
     assert join_events[0]["from_step_key"] == "b"
     assert queued_tasks() == []
+
+
+def test_graph__fork_of_a_failed_graph_run_reuses_what_succeeded_before_the_step(calls):
+    state = {"broken": True}
+
+    @pw.step_function("g.until_fixed")
+    def until_fixed(data, ctx):
+        if state["broken"]:
+            raise ConnectionError("still broken")
+        return {"fixed": True}
+
+    pw.graph_workflow(
+        "graph.fork",
+        {
+            "entry": "a",
+            "nodes": {
+                "a": {"function": "g.echo", "next": "b"},
+                "b": {"function": "g.until_fixed", "retries": 0, "next": "c"},
+                "c": {"function": "g.echo"},
+            },
+        },
+    )
+    source = pw.start_workflow("graph.fork", {"v": 1}, inline=True)
+    assert load_run(source).error["code"] == "GRAPH_NODE_FAILED"
+
+    state["broken"] = False
+    fork = pw.fork_run(source, from_step="b")
+    drain_queue()
+
+    run = load_run(fork)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, {"c": {"fixed": True}})
+    assert calls.keys.count("a") == 1  # copied into the fork, not run again
+    copied = WorkflowStep.objects.get(run_id=fork, step_key="a")
+    assert (copied.copied, copied.result) == (True, {"v": 1})
+
+
+def test_graph__a_database_error_reading_the_stored_version_abandons_the_pass(calls):
+    from pikku_workflows.registry import registry
+
+    run_id = pw.start_workflow("graph.ops", {})
+    registry.workflows.pop("graph.ops")  # the pass must read the stored version
+    version_table = WorkflowVersion._meta.db_table
+
+    # Another transaction holds the versions table; our read times out (a statement timeout).
+    with HeldRowLock(f"LOCK TABLE {version_table} IN ACCESS EXCLUSIVE MODE", []):
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = '300ms'")
+        try:
+            with pytest.raises(DatabaseError):
+                orchestrate(run_id)
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET statement_timeout")
+
+    run = load_run(run_id)
+    assert (run.status, run.error, run.lease_holder) == (RunStatus.RUNNING, None, None)
+    orchestrate(run_id)  # the database is back: the run goes on from its stored version
+    drain_queue()
+    assert load_run(run_id).status == RunStatus.COMPLETED
