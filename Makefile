@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pikku
 PYTEST_ARGS ?=
 
-.PHONY: install test test-sqlite lint demo migrate worker clean
+.PHONY: install test test-sqlite lint demo migrate worker openapi clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy pikku_workflows
+
+# Regenerate the committed OpenAPI schema of the HTTP API (a test fails when it drifts).
+openapi: $(STAMP)
+	$(PY) manage.py spectacular --custom-settings pikku_workflows.api.schema.SCHEMA_SETTINGS \
+		--fail-on-warn --file docs/openapi.yaml
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput

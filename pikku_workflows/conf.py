@@ -22,6 +22,12 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
     "MAX_PAYLOAD_BYTES": 10_000_000,
+    "IN_PLACE": True,
+    "IN_PLACE_MAX_SECONDS": 1,
+    "IN_PLACE_MAX_STEPS": 100,
+    # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
+    # (tenants); applied after the owner rule, on every endpoint that reads a run.
+    "RUN_QUERYSET_FILTER": None,
     # What a replay that asks for another function at a recorded key does: "fail" the run with
     # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
     "ON_NON_DETERMINISM": "fail",

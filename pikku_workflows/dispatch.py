@@ -121,8 +121,35 @@ def orchestrator_cluster() -> str:
     project's own cluster (`Q_CLUSTER["name"]`), whichever cluster the enqueuing process serves."""
     if pikku_settings.ORCHESTRATOR_QUEUE:
         return str(pikku_settings.ORCHESTRATOR_QUEUE)
+    return default_cluster()
+
+
+def default_cluster() -> str:
+    """The project's own django-q2 cluster (`Q_CLUSTER["name"]`): where a step function without
+    `queue=` runs."""
     configured = getattr(settings, "Q_CLUSTER", {}) or {}
     return str(configured.get("cluster_name", configured.get("name", "default")))
+
+
+def step_cluster(queue: str | None) -> str:
+    """The cluster a step function registered with `queue=` runs on."""
+    return queue or default_cluster()
+
+
+@dataclass(frozen=True)
+class WorkerMessage:
+    """What this process knows of the queue message it is handling: its worker's cluster and
+    django-q2's time limit for the message (None: unbounded)."""
+
+    cluster: str
+    timeout_seconds: float | None
+
+
+def current_worker_message() -> WorkerMessage:
+    from django_q.conf import Conf
+
+    timeout = Conf.TIMEOUT if Conf.TIMEOUT and Conf.TIMEOUT > 0 else None
+    return WorkerMessage(Conf.CLUSTER_NAME, timeout)
 
 
 def serves_orchestrator_cluster() -> bool:

@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .querysets import WorkflowRunQuerySet, WorkflowStepQuerySet
-from .status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from .status import TERMINAL_RUN_STATUSES, RunStatus, StepDispatch, StepKind, StepStatus
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 
 
@@ -177,6 +177,8 @@ class WorkflowStepHistory(models.Model):
     )
     attempt = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=StepStatus.choices)
+    # How the attempt was dispatched; NULL until it runs.
+    dispatch = models.CharField(max_length=16, choices=StepDispatch.choices, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     # Not auto_now_add: attempt 1's row takes its step's creation moment exactly.
@@ -192,6 +194,7 @@ class WorkflowStepHistory(models.Model):
         verbose_name_plural = "workflow step history"
         constraints = [
             _choice_check("pikku_history_status_valid", StepStatus),
+            _choice_check("pikku_history_dispatch_valid", StepDispatch, field="dispatch"),
             models.UniqueConstraint(fields=["step", "attempt"], name="pikku_history_step_attempt"),
         ]
 

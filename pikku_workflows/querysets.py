@@ -1,7 +1,11 @@
-"""Named predicates over runs and steps, shared by claims, recovery and the admin filters."""
+"""Named predicates over runs and steps, shared by claims, recovery, the admin filters and the
+HTTP API's filters."""
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +39,87 @@ def database_in(seconds: float) -> Any:
     return DatabaseNow() + timedelta(seconds=seconds)
 
 
+# Searching "cafe" for a workflow name should not also list every run whose id starts with it.
+MIN_ID_PREFIX = 4
+_HEX_AND_DASHES = re.compile(r"^[0-9a-f-]+$")
+
+
+def run_id_query(search_term: str) -> models.Q | None:
+    """A filter for runs whose id is `search_term` (any UUID spelling) or starts with it.
+
+    A prefix becomes an id range, so Postgres uses the primary key index instead of casting
+    every id to text; UUIDs order like their hex digits on Postgres and SQLite alike.
+    """
+    term = search_term.strip().lower()
+    try:
+        return models.Q(pk=uuid.UUID(term))
+    except ValueError:
+        pass
+    digits = term.replace("-", "")
+    if not _HEX_AND_DASHES.match(term) or not MIN_ID_PREFIX <= len(digits) < 32:
+        return None
+    return models.Q(
+        pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f"))
+    )
+
+
+def runs_with_step(steps: WorkflowStepQuerySet) -> models.Q:
+    """Running runs with at least one step in `steps`."""
+    return models.Q(status=RunStatus.RUNNING) & models.Q(
+        models.Exists(steps.filter(run_id=models.OuterRef("pk")))
+    )
+
+
+def _steps() -> WorkflowStepQuerySet:
+    from .models import WorkflowStep  # models imports this module
+
+    return WorkflowStep.objects.all()
+
+
+# What a live run can wait on (the summary's `waiting_on.kind`, DESIGN §4.6), each as the runs
+# waiting that way. A run matches a kind when *any* of its steps does (a fan-out can wait on a
+# timer and a child at once), while the summary names the newest step in flight.
+WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
+    "step": lambda: runs_with_step(_steps().busy()),
+    "timer": lambda: runs_with_step(_steps().sleeping()),
+    "retry": lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
+    "child": lambda: runs_with_step(_steps().awaiting_child()),
+    "lease": lambda: runs_with_step(_steps().lease_lapsed()),
+    "suspend": lambda: models.Q(status=RunStatus.SUSPENDED),
+}
+# Kinds DESIGN names that the engine does not record yet (approvals and signals): no run waits
+# on them, so asking for them matches nothing until their predicate joins WAITING_KINDS.
+UNRECORDED_WAITING_KINDS = frozenset({"approval", "signal"})
+
+
+def waiting_on_q(kind: str) -> models.Q:
+    """The runs waiting on `kind`, as a filter (`ValueError` for a kind DESIGN does not name)."""
+    predicate = WAITING_KINDS.get(kind)
+    if predicate is not None:
+        return predicate()
+    if kind in UNRECORDED_WAITING_KINDS:
+        return models.Q(pk__in=[])
+    raise ValueError(f"Unknown waiting kind {kind!r}")
+
+
 class WorkflowRunQuerySet(models.QuerySet):
     def running(self) -> WorkflowRunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
+
+    def waiting_on(self, kind: str) -> WorkflowRunQuerySet:
+        """Runs waiting on `kind` (a key of WAITING_KINDS)."""
+        return self.filter(waiting_on_q(kind))
+
+    def awaiting_approval(self, awaiting: bool = True) -> WorkflowRunQuerySet:
+        """Runs parked on an approval (with `awaiting=False`, every other run)."""
+        parked = waiting_on_q("approval")
+        return self.filter(parked) if awaiting else self.exclude(parked)
+
+    def matching(self, term: str) -> WorkflowRunQuerySet:
+        """Runs whose workflow name contains `term` or whose id is or starts with it."""
+        found = models.Q(workflow__icontains=term.strip())
+        id_query = run_id_query(term)
+        return self.filter((found | id_query) if id_query is not None else found)
 
     def lease_free(self) -> WorkflowRunQuerySet:
         """The run lease is free: nobody holds it, or the holder let it lapse."""
@@ -109,6 +191,19 @@ class WorkflowStepQuerySet(models.QuerySet):
     def retrying(self) -> WorkflowStepQuerySet:
         """Failed attempts with attempts left: waiting out their backoff, or due for the next."""
         return self.filter(status=StepStatus.FAILED, attempt__lt=models.F("attempt_limit"))
+
+    def busy(self) -> WorkflowStepQuerySet:
+        """Steps a worker has or is about to have: the summary's kind `step`."""
+        return self.filter(
+            models.Q(status=StepStatus.PENDING)
+            # Scheduled and not a sleep's timer (`sleeping`).
+            | (
+                models.Q(status=StepStatus.SCHEDULED)
+                & ~models.Q(kind=StepKind.SLEEP, wake_at__isnull=False)
+            )
+            | models.Q(status=StepStatus.RUNNING, lease_expires_at__isnull=True)
+            | models.Q(status=StepStatus.RUNNING, lease_expires_at__gte=DatabaseNow())
+        )
 
     def sleeping(self) -> WorkflowStepQuerySet:
         """Durable timers (`wf.sleep`) that have not fired yet."""

@@ -36,6 +36,14 @@ class StepKind(models.TextChoices):
     PATCH = "patch", "Patch marker"
 
 
+class StepDispatch(models.TextChoices):
+    """How an attempt reached the process that ran it (recorded on its history row)."""
+
+    INLINE = "inline", "In the pass"  # an in-process step, or any step of an inline run
+    IN_PLACE = "in_place", "In place on a worker"  # a queued step the worker's pass ran itself
+    QUEUED = "queued", "Through the queue"
+
+
 # The history row's column that records when an attempt reached each status.
 HISTORY_TIMESTAMP: dict[str, str] = {
     StepStatus.PENDING: "created_at",

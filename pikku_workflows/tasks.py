@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def orchestrate(run_id: str) -> None:
     """Run an orchestrator pass of the run (a no-op for settled or suspended runs)."""
-    from .engine.orchestrator import orchestrate as run_pass
+    from .engine.worker import run_pass
 
     run_pass(run_id)
 

@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 # How long a terminated process spends handing back leases and waiting for its own children.
 RELEASE_SECONDS = 5
+# How long a terminated worker lets the step it runs in place finish (the next one goes to the
+# queue) before it hands that step's lease back too and exits.
+HANDOVER_SECONDS = 10
 _main_pid = 0
 _forking_pid = 0
 
@@ -71,13 +74,20 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _release_leases_and_exit(signum: int, frame: Any) -> None:
     # Our parent may end first (a SIGTERM to the whole process group reaches it too): its death
-    # must not SIGKILL us mid-release. We exit below, within RELEASE_SECONDS.
+    # must not SIGKILL us mid-release. We exit within HANDOVER_SECONDS + RELEASE_SECONDS.
     _stop_dying_with_parent()
-    # A signal handler may interrupt a query on this thread's connection: release from a thread
-    # (its own connection), bounded in time.
-    from .engine.leases import heartbeat
+    # The handler returns at once: the message this process handles goes on to the end of the
+    # step it runs, and hands the next one to the queue; a thread exits the process after.
+    threading.Thread(target=_hand_over_and_exit, args=(signum,), daemon=True).start()
 
-    deadline = time.monotonic() + RELEASE_SECONDS
+
+def _hand_over_and_exit(signum: int) -> None:
+    from .engine.leases import heartbeat
+    from .engine.queued import shut_down_gracefully
+
+    deadline = time.monotonic() + HANDOVER_SECONDS + RELEASE_SECONDS
+    shut_down_gracefully(HANDOVER_SECONDS)
+    # Release from this thread (its own connection): the main one may be mid-query.
     held = heartbeat.held_steps()
     if held:
         releaser = threading.Thread(target=_release, args=(held,), daemon=True)

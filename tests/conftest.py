@@ -57,6 +57,13 @@ def shop() -> Shop:
 
 
 @pytest.fixture
+def through_the_queue(settings: Any) -> None:
+    """Queued steps go through the queue even when a pass on a worker reaches them (no running
+    in place): for tests of the dispatch path itself."""
+    settings.PIKKU_WORKFLOWS = {**getattr(settings, "PIKKU_WORKFLOWS", {}), "IN_PLACE": False}
+
+
+@pytest.fixture
 def fresh_backoff(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A recovery backoff that remembers nothing (the module's one is shared by every test)."""
     from pikku_workflows.engine import recovery

@@ -7,8 +7,9 @@ actions call the engine's operations.
 
 from __future__ import annotations
 
+from ..querysets import run_id_query
 from .actions import OPERATIONS, Operation, RunOperationsAdmin
-from .display import format_duration, run_id_query
+from .display import format_duration
 from .records import (
     ReadOnlyAdminMixin,
     WorkflowAuditEntryAdmin,

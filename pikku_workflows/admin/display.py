@@ -7,13 +7,11 @@ pages.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -21,9 +19,6 @@ from django.utils.safestring import SafeString
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 EMPTY = "-"
-# Searching "cafe" for a workflow name should not also list every run whose id starts with it.
-MIN_ID_PREFIX = 4
-_HEX_AND_DASHES = re.compile(r"^[0-9a-f-]+$")
 
 
 def format_duration(delta: timedelta) -> str:
@@ -62,23 +57,6 @@ def format_moment(at: datetime | str, now: datetime | None = None) -> SafeString
     )
     exact = timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
     return format_html('<time datetime="{}" title="{}">{}</time>', at.isoformat(), exact, relative)
-
-
-def run_id_query(search_term: str) -> Q | None:
-    """A filter for runs whose id is `search_term` (any UUID spelling) or starts with it.
-
-    A prefix becomes an id range, so Postgres uses the primary key index instead of casting
-    every id to text; UUIDs order like their hex digits on Postgres and SQLite alike.
-    """
-    term = search_term.strip().lower()
-    try:
-        return Q(pk=uuid.UUID(term))
-    except ValueError:
-        pass
-    digits = term.replace("-", "")
-    if not _HEX_AND_DASHES.match(term) or not MIN_ID_PREFIX <= len(digits) < 32:
-        return None
-    return Q(pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f")))
 
 
 def status_badge(status: str, label: str | None = None) -> SafeString:

@@ -1,4 +1,5 @@
-"""List filters of the run admin, each built on a named predicate of `querysets.py`.
+"""List filters of the run admin, each built on a named predicate of `querysets.py` (the HTTP
+API's filters use the same ones).
 
 Filters by step match a run when *any* of its steps qualifies (a fan-out can wait on a timer
 and a child at once); the "waiting on" column shows the newest step in flight.
@@ -10,44 +11,23 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
-from ..querysets import DatabaseNow, WorkflowStepQuerySet
+from ..querysets import WAITING_KINDS, runs_with_step, waiting_on_q
 from ..registry import registry
-from ..status import RunStatus, StepStatus
 
-
-def _with_step(steps: WorkflowStepQuerySet) -> Q:
-    """Running runs with at least one step in `steps`."""
-    return Q(status=RunStatus.RUNNING) & Q(Exists(steps.filter(run_id=OuterRef("pk"))))
-
-
-def _busy_steps() -> WorkflowStepQuerySet:
-    """Steps a worker has or is about to have: the summary's kind `step`."""
-    return WorkflowStep.objects.filter(
-        Q(status=StepStatus.PENDING)
-        # Scheduled and not a sleep's timer (`WorkflowStepQuerySet.sleeping`).
-        | (Q(status=StepStatus.SCHEDULED) & ~Q(kind="sleep", wake_at__isnull=False))
-        | Q(status=StepStatus.RUNNING, lease_expires_at__isnull=True)
-        | Q(status=StepStatus.RUNNING, lease_expires_at__gte=DatabaseNow())
-    )
-
-
-WAITING_KINDS: dict[str, tuple[str, Any]] = {
-    # kind: (label, the runs waiting that way)
-    "step": ("a step (queued or running)", lambda: _with_step(_busy_steps())),
-    "timer": ("a timer (sleep)", lambda: _with_step(WorkflowStep.objects.sleeping())),
-    "retry": (
-        "a retry backoff",
-        lambda: _with_step(WorkflowStep.objects.retrying().filter(wake_at__isnull=False)),
-    ),
-    "child": ("a child run", lambda: _with_step(WorkflowStep.objects.awaiting_child())),
-    "lease": ("a lapsed step lease", lambda: _with_step(WorkflowStep.objects.lease_lapsed())),
-    "suspend": ("an operator (suspended)", lambda: Q(status=RunStatus.SUSPENDED)),
+# The admin's words for each kind of `querysets.WAITING_KINDS`.
+WAITING_LABELS = {
+    "step": "a step (queued or running)",
+    "timer": "a timer (sleep)",
+    "retry": "a retry backoff",
+    "child": "a child run",
+    "lease": "a lapsed step lease",
+    "suspend": "an operator (suspended)",
 }
 
 
@@ -56,11 +36,11 @@ class WaitingOnFilter(admin.SimpleListFilter):
     parameter_name = "waiting_on"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(kind, label) for kind, (label, _) in WAITING_KINDS.items()]
+        return [(kind, WAITING_LABELS.get(kind, kind)) for kind in WAITING_KINDS]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        kind = WAITING_KINDS.get(self.value() or "")
-        return queryset.filter(kind[1]()) if kind else None
+        kind = self.value()
+        return queryset.filter(waiting_on_q(kind)) if kind in WAITING_KINDS else None
 
 
 class RetryingFilter(admin.SimpleListFilter):
@@ -73,7 +53,7 @@ class RetryingFilter(admin.SimpleListFilter):
         return [("yes", "Yes"), ("no", "No")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        retrying = _with_step(WorkflowStep.objects.retrying())
+        retrying = runs_with_step(WorkflowStep.objects.retrying())
         if self.value() == "yes":
             return queryset.filter(retrying)
         if self.value() == "no":
@@ -85,7 +65,7 @@ def stuck_runs(kind: str) -> QuerySet[WorkflowRun]:
     """Runs that need help: a lapsed lease (a step's or the orchestrator's), or stalled
     (nothing in flight and nothing changed for `STALLED_RUN_AFTER_SECONDS`)."""
     runs = WorkflowRun.objects.all()
-    lapsed = runs.lease_lapsed() | runs.filter(_with_step(WorkflowStep.objects.lease_lapsed()))
+    lapsed = runs.lease_lapsed() | runs.filter(runs_with_step(WorkflowStep.objects.lease_lapsed()))
     before = timezone.now() - timedelta(seconds=pikku_settings.STALLED_RUN_AFTER_SECONDS)
     stalled = runs.stalled(before)
     return {"lease": lapsed, "stalled": stalled}.get(kind, lapsed | stalled)

@@ -16,7 +16,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowVersion
-from .display import ADMIN_CSS, pretty_json, run_id_query, run_link, status_badge
+from ..querysets import run_id_query
+from .display import ADMIN_CSS, pretty_json, run_link, status_badge
 from .versions import version_graph
 
 # A version's graph in the list is a thumbnail; its page shows it full size.

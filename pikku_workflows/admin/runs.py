@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 
 from ..engine.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
+from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
 from .actions import RunOperationsAdmin
 from .display import (
@@ -32,7 +33,6 @@ from .display import (
     format_moment,
     pretty_error,
     pretty_json,
-    run_id_query,
     run_link,
     short_id,
     status_badge,

@@ -28,7 +28,7 @@ from ..exceptions import (
 from ..models import WorkflowRun, WorkflowStep
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
-from ..status import StepStatus
+from ..status import StepDispatch, StepStatus
 from ..validation import NAME_MAX_LENGTH, checked_text
 from .claims import lock_step_txn
 from .leases import heartbeat, step_lease_until
@@ -115,24 +115,30 @@ class Claim:
 # --- claiming ------------------------------------------------------------------------------
 
 
-def claim_next_attempt(run_id: Any, step_key: str, *, lease_holder: str | None = None) -> Claim:
+def claim_next_attempt(
+    run_id: Any,
+    step_key: str,
+    *,
+    lease_holder: str | None = None,
+    dispatch: str = StepDispatch.QUEUED,
+) -> Claim:
     """Claim a known step for this process, deciding on the locked row by the database clock:
     a pending or scheduled step starts running; a failed one whose retry is due, or a running
     one whose lease lapsed, gets a new attempt while attempts remain; a lapsed last attempt
     fails with STEP_LEASE_EXPIRED (a step that kills its process each time ends, loudly).
 
     The step worker claims without `lease_holder`; a pass passes its own, so the claim also
-    proves the run is still driven by it.
+    proves the run is still driven by it. `dispatch`: how the claimed attempt runs.
     """
     with transaction.atomic():
         step = lock_step_txn(run_id, step_key, lease_holder)
-        return Claim(None) if step is None else _claim_locked_txn(step)
+        return Claim(None) if step is None else _claim_locked_txn(step, dispatch)
 
 
-def _claim_locked_txn(step: Any) -> Claim:
+def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
     status = step.status
     lapsed = status == StepStatus.RUNNING and step.lease_lapsed
-    fresh = {"lease_expires_at": step_lease_until(), "wake_at": None}
+    fresh = {"lease_expires_at": step_lease_until(), "wake_at": None, "dispatch": dispatch}
     if status in (StepStatus.PENDING, StepStatus.SCHEDULED):
         move_step_txn(step, StepStatus.RUNNING, expected=[status], **fresh)
         return Claim(step, claimed=True)

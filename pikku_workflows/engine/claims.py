@@ -1,7 +1,7 @@
 """Every row lock the engine takes: on PostgreSQL the run-guard fragments of `claims.sql` that
-the transitions' statements compose in; here the ORM locks of one known step (a worker's or a
+the transitions' statements compose in; here the locks of one known step (a worker's or a
 pass's claim of a new attempt), of a running run (its other writers wait), and the timer loop's
-batch of due timers.
+batch of due timers. `claims.sql` states the lock order that keeps them from deadlocking.
 
 Locks live only as long as the short transaction that takes them; user code runs after the
 commit. Lapses and due times are judged on the database clock, in the locking read itself.
@@ -9,6 +9,7 @@ commit. Lapses and due times are judged on the database clock, in the locking re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
@@ -17,29 +18,50 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from ..exceptions import RunInterrupted
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import DatabaseNow
+from ..sql import Statements
 from ..status import RunStatus
+from .tables import engine_names
 
+STATEMENTS = Statements(Path(__file__).with_name("claims.sql"), names=engine_names)
 # How long the claim of one known step waits for another transaction's row lock.
 STEP_LOCK_TIMEOUT = "5s"
 
 
 def lock_step_txn(run_id: Any, step_key: str, lease_holder: str | None = None) -> Any:
     """Inside a transaction: the step of a running run (run under `lease_holder`'s lease when
-    given), its row and its run's row locked, annotated with `lease_lapsed` and `retry_due` on
-    the database clock; None when there is no such step."""
+    given), its row locked and its run's row shared (a cancel or suspend committing meanwhile
+    is waited for, then seen), annotated with `lease_lapsed` and `retry_due` on the database
+    clock; None when there is no such step, or its run is not running (under that lease)."""
     assert transaction.get_connection().in_atomic_block
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             # Wait briefly rather than skip: skipping a locked row could drop the only message.
             cursor.execute(f"SET LOCAL lock_timeout = '{STEP_LOCK_TIMEOUT}'")
-    guard = Q(run__status=RunStatus.RUNNING)
-    if lease_holder is not None:
-        guard &= Q(run__lease_holder=lease_holder)
+    step = _lock_step_row_txn(run_id, step_key)
+    if step is None or not _share_running_run_txn(run_id, lease_holder):
+        return None
+    return step
+
+
+def _share_running_run_txn(run_id: Any, lease_holder: str | None) -> bool:
+    """Share the run row while it is running (under `lease_holder`'s lease when given)."""
+    if connection.vendor != "postgresql":
+        runs = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        if lease_holder is not None:
+            runs = runs.filter(lease_holder=lease_holder)
+        return runs.exists()  # SQLite has one writer at a time: nothing to share
+    params = {"run_id": run_id, "run_running": RunStatus.RUNNING, "lease_holder": lease_holder}
+    statement = "run_running_held" if lease_holder is None else "run_held_by_pass"
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS[statement], params)
+        return cursor.fetchone() is not None
+
+
+def _lock_step_row_txn(run_id: Any, step_key: str) -> Any:
     return (
-        # The run row too: a cancel or suspend committing meanwhile is waited for, then seen.
-        WorkflowStep.objects.select_for_update(of=("self", "run"), no_key=True)
+        WorkflowStep.objects.select_for_update(of=("self",), no_key=True)
         .select_related("run__started_by")
-        .filter(guard, run_id=run_id, step_key=step_key)
+        .filter(run_id=run_id, step_key=step_key)
         .annotate(
             lease_lapsed=ExpressionWrapper(
                 Q(lease_expires_at__lt=DatabaseNow()), output_field=BooleanField()

@@ -9,7 +9,7 @@ again, until the run completes, fails, or waits on something outside the pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..conf import pikku_settings
@@ -18,7 +18,7 @@ from ..graph import Fire, GraphDefinition, NodeState, plan
 from ..models import WorkflowStep
 from ..retry import RetryPolicy
 from .replay import ReplayPass
-from .steps import StepCall, create_pending_step, drive_call, named_call, runs_on_worker
+from .steps import StepCall, drive_call, leaves_the_pass, named_call, queue_new_step
 from .versions import run_graph_definition
 from .workflow import Workflow, engine_statements
 
@@ -76,24 +76,24 @@ class _GraphPass:
                 raise RunParked(decided.in_flight[0] if decided.in_flight else "")
 
     def _start(self, fires: tuple[Fire, ...], *, last_of_pass: bool) -> None:
-        """Start every fired instance: queued ones first (their workers start while this pass
-        runs the in-process ones), each recorded pending, then dispatched.
+        """Start every fired instance: queued ones first, each recorded pending and handed to
+        the queue (their workers start while this pass runs the in-process ones, in parallel).
 
-        When nothing else is left for this pass, the last queued instance goes through the
-        single-statement dispatch, which may hand the run lease back in the same write (so it
-        must be the pass's last write), and the pass ends there.
+        When nothing else is left for this pass, the last queued instance goes the way of any
+        `wf.do`: run in place when the pass runs on a worker of its cluster with budget left,
+        else the single-statement dispatch, which may hand the run lease back in the same write
+        (so it must be the pass's last write) and ends the pass.
         """
         calls = [self._fire_call(fire) for fire in fires]
-        queued = [call for call in calls if runs_on_worker(self.rp, call)]
-        local = [call for call in calls if not runs_on_worker(self.rp, call)]
+        queued = [call for call in calls if leaves_the_pass(self.rp, call)]
+        local = [call for call in calls if not leaves_the_pass(self.rp, call)]
         last = queued.pop() if queued and not local and last_of_pass else None
         for call in queued:
-            create_pending_step(self.rp, call)
-            self._drive(call)
+            self._drive(call, queue_new_step)
         for call in local:
             self._drive(call)
         if last is not None:
-            drive_call(self.rp, last)  # dispatches, then parks the run: the pass ends here
+            self._drive(last)
 
     def _drive_in_flight(self, keys: list[str]) -> None:
         """Move what this pass can of the instances in flight: a due retry, a lapsed lease, a
@@ -101,9 +101,11 @@ class _GraphPass:
         for key in keys:
             self._drive(self._recorded_call(self.rp.steps[key]))
 
-    def _drive(self, call: StepCall) -> None:
+    def _drive(
+        self, call: StepCall, start: Callable[[ReplayPass, StepCall], Any] = drive_call
+    ) -> None:
         try:
-            drive_call(self.rp, call)
+            start(self.rp, call)
         except RunParked:
             self.parked.add(call.key)
         except StepFailed:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +31,7 @@ from ..models import WorkflowStep
 from ..registry import parse_timeout, registry, validate_step_key
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, round_trip
-from ..status import StepKind, StepStatus
+from ..status import StepDispatch, StepKind, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from . import children, queued
 from .attempts import (
@@ -98,15 +98,21 @@ def named_call(
     return StepCall(key, from_key, kind, name, data, policy, None, timeout_ms, func)
 
 
-def runs_on_worker(rp: ReplayPass, call: StepCall) -> bool:
-    """Whether the call's attempts go to a worker (a queued step function, not run here)."""
-    return _runs_on_worker(rp, call)
+def leaves_the_pass(rp: ReplayPass, call: StepCall) -> bool:
+    """Whether the call's attempts leave the pass's own code path: a queued step function, run
+    in place or through the queue (decided without spending an in-place budget)."""
+    if not _queued_function(call.kind, call.function_name):
+        return False
+    if rp.inline_caller:
+        return call.timeout_ms is not None and not timeout_enforceable()
+    return True
 
 
-def create_pending_step(rp: ReplayPass, call: StepCall) -> WorkflowStep:
-    """Record the call's step as pending (no attempt started), for `drive_call` to dispatch: a
-    pass that dispatches several queued steps must keep its run lease until the last one."""
-    return _create_step(rp, call, StepStatus.PENDING)
+def queue_new_step(rp: ReplayPass, call: StepCall) -> NoReturn:
+    """Record the call's step pending and hand it to the queue, never in place, then park: the
+    steps of a fan-out run in parallel on workers, and the pass keeps its run lease for the next
+    (the single-statement dispatch of `drive_call` hands it back)."""
+    queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
 
 
 def adoptable(step: WorkflowStep, call: StepCall) -> bool:
@@ -181,14 +187,20 @@ def _queued_function(kind: str, name: str | None) -> bool:
     return definition is not None and not definition.inline
 
 
-def _runs_on_worker(rp: ReplayPass, call: StepCall) -> bool:
-    """Queued step functions go to a worker; an inline caller runs every step itself, except
-    one whose timeout it cannot enforce (it is not a main thread: a web request)."""
-    if not _queued_function(call.kind, call.function_name):
-        return False
-    if not rp.inline_caller:
-        return True
-    return call.timeout_ms is not None and not timeout_enforceable()
+def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None) -> str:
+    """Where the step's next attempt runs (docs/architecture.md §4): in the pass (in-process
+    step functions; every step of an inline run, except one whose timeout its caller cannot
+    enforce), in place (a queued step's first attempt, reached by a pass on a worker of its
+    cluster with budget left), or through the queue (everything else: its retries too)."""
+    if not leaves_the_pass(rp, call):
+        return StepDispatch.INLINE
+    if rp.inline_caller:
+        return StepDispatch.QUEUED  # its timeout cannot be enforced in the caller
+    first = step is None or step.status == StepStatus.PENDING
+    definition = registry.get_step_function(call.function_name or "")
+    if first and queued.runs_in_place(definition, call.timeout_ms):
+        return StepDispatch.IN_PLACE
+    return StepDispatch.QUEUED
 
 
 def same_step(step: WorkflowStep, call: StepCall) -> bool:
@@ -234,10 +246,12 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
 def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
     if call.kind == StepKind.CHILD:
         return children.launch_next(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
-    if _runs_on_worker(rp, call):
+    placement = _placement(rp, call)
+    if placement == StepDispatch.QUEUED:
         queued.dispatch_new_step(rp, call.key, _step_row_fields(call))
     lease = pikku_settings.STEP_LEASE_SECONDS
-    return _run_attempt(rp, call, _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease))
+    step = _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease, dispatch=placement)
+    return _run_attempt(rp, call, step)
 
 
 def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
@@ -248,10 +262,11 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
         suspend_missing_function(rp, call)
     if call.kind == StepKind.CHILD:
         return children.launch_next(rp, step, call.policy)
-    if _runs_on_worker(rp, call):
+    placement = _placement(rp, call, step)
+    if placement == StepDispatch.QUEUED:
         # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
         queued.dispatch_step(rp, step)
-    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder)
+    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder, dispatch=placement)
     if claim.step is None or not (claim.claimed or claim.expired):
         raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
     rp.steps[call.key] = claim.step
@@ -314,9 +329,10 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
     }
 
 
-def _create_step(rp: ReplayPass, call: StepCall, status: str, **clock: Any) -> WorkflowStep:
+def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) -> WorkflowStep:
+    """Create the step in the run (`attempt`: its first attempt's lease, timer or dispatch)."""
     step = create_step_in_run(
-        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **clock
+        rp.run.pk, rp.holder, call.key, status=status, **_step_row_fields(call), **attempt
     )
     rp.steps[call.key] = step
     return step

@@ -31,6 +31,7 @@ from ..status import (
     HISTORY_TIMESTAMP,
     TERMINAL_RUN_STATUSES,
     RunStatus,
+    StepDispatch,
     StepStatus,
     run_sources,
     step_sources,
@@ -115,18 +116,20 @@ def create_step_in_run(
     status: str,
     lease_seconds: float | None = None,
     wake_in_ms: int | None = None,
+    dispatch: str | None = None,
     **fields: Any,
 ) -> WorkflowStep:
     """Insert a step with its first history row into a run this pass holds: one commit.
 
-    `lease_seconds` / `wake_in_ms` set its lease / timer that far ahead on the database clock.
+    `lease_seconds` / `wake_in_ms` set its lease / timer that far ahead on the database clock;
+    `dispatch` says how its first attempt runs (a `StepDispatch`; None: not decided yet).
     """
     step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
     if not on_postgresql():
         with transaction.atomic():
             lock_running_run_txn(run_id, lease_holder)
-            return _save_new_step_txn(step, lease_seconds, wake_in_ms)
-    params = _new_step_params(step, lease_seconds, wake_in_ms)
+            return _save_new_step_txn(step, lease_seconds, wake_in_ms, dispatch)
+    params = _new_step_params(step, lease_seconds, wake_in_ms, dispatch)
     params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
     row = _fetch_one("insert_step_in_run", params)
     if row is None:
@@ -150,7 +153,7 @@ def create_dispatched_step(
     step = WorkflowStep(
         id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=StepStatus.SCHEDULED, **fields
     )
-    params = _new_step_params(step, None, None) | message.params()
+    params = _new_step_params(step, None, None, StepDispatch.QUEUED) | message.params()
     params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
     row = _fetch_one("insert_dispatched_step", params)
     if row is None:
@@ -168,15 +171,16 @@ def create_step_txn(
     status: str = StepStatus.PENDING,
     lease_seconds: float | None = None,
     wake_in_ms: int | None = None,
+    dispatch: str | None = None,
     **fields: Any,
 ) -> WorkflowStep:
     """Inside a transaction: insert a step with its first history row (attempt 1)."""
     step = WorkflowStep(id=uuid.uuid4(), run_id=run_id, step_key=step_key, status=status, **fields)
-    return _save_new_step_txn(step, lease_seconds, wake_in_ms)
+    return _save_new_step_txn(step, lease_seconds, wake_in_ms, dispatch)
 
 
 def _save_new_step_txn(
-    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None
+    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None, dispatch: str | None
 ) -> WorkflowStep:
     assert transaction.get_connection().in_atomic_block
     clocked = _clocked(lease_seconds, wake_in_ms)
@@ -189,6 +193,7 @@ def _save_new_step_txn(
         step=step,
         attempt=step.attempt,
         status=step.status,
+        dispatch=dispatch,
         result=step.result,
         error=step.error,
         # A step created straight into `running` keeps its `pending` moment as created_at, so
@@ -211,7 +216,7 @@ def _clocked(lease_seconds: float | None, wake_in_ms: int | None) -> dict[str, A
 
 
 def _new_step_params(
-    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None
+    step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None, dispatch: str | None
 ) -> dict[str, Any]:
     """The named parameters of `new_step_values` and `first_history_row` for `step`."""
     params: dict[str, Any] = {
@@ -219,6 +224,7 @@ def _new_step_params(
         for field in WorkflowStep._meta.concrete_fields
         if field.column not in CLOCKED
     }
+    params["dispatch"] = dispatch
     params["lease_seconds"] = lease_seconds
     params["wake_in_seconds"] = None if wake_in_ms is None else wake_in_ms / 1000
     return params | history_stamps(step.status, step.created_at)
@@ -319,6 +325,7 @@ def claim_queued_step(
         "run_id": run_id,
         "run_running": RunStatus.RUNNING,
         "running": StepStatus.RUNNING,
+        "queued": StepDispatch.QUEUED,
         "lease_seconds": pikku_settings.STEP_LEASE_SECONDS,
         "step_key": step_key,
         "sources": sorted(sources),
@@ -352,12 +359,13 @@ def move_step_txn(
     *,
     expected: Iterable[str] | None = None,
     new_attempt: bool = False,
+    dispatch: str | None = None,
     **fields: Any,
 ) -> bool:
     """Inside a transaction: `move_step` without raising; False (nothing written) when refused.
 
     Field values may be database expressions (a lease or timer on its clock); they are read
-    back into `step` after the write.
+    back into `step` after the write. `dispatch` records how the attempt now running got here.
     """
     assert transaction.get_connection().in_atomic_block
     allowed = step_sources(target)
@@ -373,6 +381,8 @@ def move_step_txn(
     if not guarded.update(**changes):
         return False
     outcome: dict[str, Any] = {key: fields[key] for key in ("result", "error") if key in fields}
+    if dispatch is not None:
+        outcome["dispatch"] = dispatch
     if new_attempt:
         _open_attempt_txn(step, target, outcome)
     else:

@@ -22,11 +22,12 @@ lease_expires_at, wake_at, created_at, updated_at
 
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
--- stamped at the step's creation for its status.
+-- stamped at the step's creation for its status, dispatched as %(dispatch)s.
 history AS (
-    INSERT INTO {history} (step_id, attempt, status, result, error, created_at, scheduled_at,
-        running_at, waiting_at, succeeded_at, failed_at)
-    SELECT id, attempt, status, result, error, created_at, %(scheduled_at)s::timestamptz,
+    INSERT INTO {history} (step_id, attempt, status, dispatch, result, error, created_at,
+        scheduled_at, running_at, waiting_at, succeeded_at, failed_at)
+    SELECT id, attempt, status, %(dispatch)s, result, error, created_at,
+        %(scheduled_at)s::timestamptz,
         %(running_at)s::timestamptz, %(waiting_at)s::timestamptz,
         %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz
     FROM new_step
@@ -99,14 +100,15 @@ SELECT wake_at FROM moved
 
 -- name: record_step_outcome_taking_run_lease
 -- `record_step_outcome`, and once the step moved, take its run's lease for %(lease_holder)s if
--- the run is running and the lease free or lapsed. One row: the run as leased (all NULL when
--- not taken), whether the step moved, its timer.
+-- the run is running, the lease free or lapsed and the run row not locked right now (a claim
+-- holding it: then the pass takes the lease itself after this commit). One row: the run as
+-- leased (all NULL when not taken), whether the step moved, its timer.
 WITH {step_outcome_ctes},
 lease AS (
     UPDATE {run} SET lease_holder = %(lease_holder)s, rerun_requested = false,
         lease_expires_at = clock_timestamp() + make_interval(secs => %(run_lease_seconds)s::float8),
         updated_at = clock_timestamp()
-    WHERE id = (SELECT run_id FROM moved) AND status = %(run_running)s
+    WHERE id = (SELECT id FROM ({run_unlocked}) AS unlocked) AND status = %(run_running)s
         AND (lease_holder IS NULL OR lease_expires_at < clock_timestamp())
     RETURNING {run}.*
 )
@@ -129,7 +131,8 @@ claimed AS (
     RETURNING *
 ),
 history AS (
-    UPDATE {history} SET status = %(running)s, running_at = %(running_at)s::timestamptz
+    UPDATE {history} SET status = %(running)s, running_at = %(running_at)s::timestamptz,
+        dispatch = %(queued)s
     WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
     RETURNING step_id
 )

@@ -1,5 +1,6 @@
-"""The step worker (the `execute_step` task's body): claim a queued step, run one attempt,
-record it, and let the run go on; a worker without the step's function hands it back.
+"""The bodies of the two django-q2 tasks: an orchestrator pass, and the step worker (claim a
+queued step, run one attempt, record it, let the run go on; a worker without the step's
+function hands it back). Each handles its message: steps its passes reach may run in place.
 
 Idempotent: a duplicate or late message finds nothing to claim and returns quietly.
 """
@@ -21,14 +22,26 @@ from ..status import RunStatus, StepStatus
 from .attempts import call_user_code, claim_next_attempt, record_outcome, step_context
 from .leases import new_lease_holder
 from .orchestrator import orchestrate
+from .queued import handling_message
 from .replay import LeasedRun
 from .transitions import claim_queued_step, move_run, move_step_txn
 
 logger = logging.getLogger(__name__)
 
 
+def run_pass(run_id: Any) -> None:
+    """The `orchestrate` task: one pass of the run, handling its message."""
+    with handling_message():
+        orchestrate(run_id)
+
+
 def execute_queued_step(run_id: Any, step_key: str) -> None:
-    """Claim the step, run one attempt, record it, continue the run."""
+    """The `execute_step` task: claim the step, run one attempt, record it, continue the run."""
+    with handling_message():
+        _execute(run_id, step_key)
+
+
+def _execute(run_id: Any, step_key: str) -> None:
     step = claim_queued_step(run_id, step_key, registry.step_functions)
     started_by = getattr(step, "started_by_name", None)
     if step is None:

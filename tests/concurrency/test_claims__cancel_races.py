@@ -98,7 +98,9 @@ def wait_until_blocked(contender: Contender) -> None:
     wait_until(lambda: is_waiting_on_a_lock(contender.pid) or contender.done, 10)
 
 
-def test_cancel_vs_claim__the_claim_waits_for_the_cancel_then_claims_nothing(calls):
+def test_cancel_vs_claim__the_claim_waits_for_the_cancel_then_claims_nothing(
+    calls, through_the_queue
+):
     run_id = pw.start_workflow("race.one_queued", {})
     tasks.orchestrate(run_id)  # the step is scheduled; its message waits for a worker
 

@@ -23,6 +23,7 @@ from pikku_workflows.engine.timers import claim_due_timers
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.retry import RetryPolicy
+from pikku_workflows.sql import without_comments
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.concurrency.harness import JOIN_TIMEOUT, race
 from tests.conftest import wait_until
@@ -33,7 +34,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 THREADS = 8
 ROUNDS = 3
 STEP_TABLE = WorkflowStep._meta.db_table
-RUN_TABLE = WorkflowRun._meta.db_table
 
 
 class BodyLog:
@@ -300,7 +300,12 @@ def test_claim_step__sql_waits_briefly_on_the_one_step_row(body_log):
     statements = [query["sql"] for query in context.captured_queries]
     [select] = _locking_selects(context)
     # Waits (bounded by lock_timeout) rather than skipping: a skipped row could drop the message.
-    assert f'FOR NO KEY UPDATE OF "{STEP_TABLE}", "{RUN_TABLE}"' in select
+    assert select.endswith(f'FOR NO KEY UPDATE OF "{STEP_TABLE}"')
+    # Then the run row, shared (compatible with other claims; a cancel waits for it).
+    [share] = [
+        sql for sql in statements if without_comments(sql).rstrip().endswith("FOR SHARE OF run")
+    ]
+    assert statements.index(select) < statements.index(share)
     assert "SKIP LOCKED" not in select
     assert "NOWAIT" not in select
     lock_timeout = [sql for sql in statements if "lock_timeout" in sql]

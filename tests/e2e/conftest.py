@@ -24,6 +24,7 @@ WORKER_STOP_TIMEOUT = 10
 # Leases, windows and polls shrunk so a crash heals in seconds (conf.py reads PIKKU_<NAME>).
 WORKER_SETTINGS = {
     "PIKKU_STEP_LEASE_SECONDS": "3",
+    "PIKKU_RUN_LEASE_SECONDS": "3",
     "PIKKU_TIMER_POLL_SECONDS": "0.1",
     "PIKKU_RECOVERY_INTERVAL_SECONDS": "1",
     "PIKKU_RELAY_PENDING_AFTER_SECONDS": "2",
@@ -74,6 +75,17 @@ class Worker:
             return "pikku_worker: cluster" in self.log()
 
         wait_until(started, WORKER_START_TIMEOUT, "pikku_worker to start")
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole process group: what a lost machine or an OOM kill of a pod does."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.process.wait(WORKER_STOP_TIMEOUT)
+
+    def terminate_group(self) -> None:
+        """SIGTERM to the whole process group (systemd's default KillMode, a deploy)."""
+        os.killpg(self.pid, signal.SIGTERM)
+        self.process.wait(WORKER_STOP_TIMEOUT + 20)
 
     def kill_main(self) -> None:
         """SIGKILL the main process only: what an OOM killer or a lost machine does."""

@@ -79,6 +79,23 @@ def doomed(wf: pw.Workflow, input: dict[str, Any]) -> None:
     wf.do("die", "e2e.die", input, retries=1)
 
 
+@pw.step_function("e2e.tick", inline=False)
+def tick(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    """A queued step a worker's pass runs in place: logs each attempt, works `seconds`."""
+    record_attempt(data["log"], ctx)
+    time.sleep(data["seconds"])
+    return {"attempt": ctx.attempt}
+
+
+@pw.workflow("e2e.ticks")
+def ticks(wf: pw.Workflow, input: dict[str, Any]) -> list[int]:
+    step = {"log": input["log"], "seconds": input["seconds"]}
+    return [
+        wf.do(f"t{i}", "e2e.tick", step, retries=3, retry_delay="100ms")["attempt"]
+        for i in range(input["steps"])
+    ]
+
+
 @pw.step_function("e2e.echo")
 def echo(data: Any, ctx: pw.StepContext) -> Any:
     return data

@@ -60,14 +60,27 @@ def test_result_with_a_lone_surrogate__fails_the_step_at_once(calls, function):
     assert_failed_at_once(run_id, calls)
 
 
+# The database rejects this value with a data exception (SQLSTATE class 22) on write.
+REFUSED_RESULT = {"on": "UPDATE", "when": "NEW.result IS NOT NULL", "errcode": "22P02"}
+
+
 @pytest.mark.postgres
-def test_result_the_database_refuses__fails_the_step_at_once(calls):
+def test_result_the_database_refuses__fails_a_queued_step_at_once(calls, through_the_queue):
     run_id = pw.start_workflow("unstorable.flow", {"function": "unstorable.plain"})
     tasks.orchestrate(run_id)
 
-    # The database rejects this value with a data exception (SQLSTATE class 22) on write.
-    with refused(STEP_TABLE, on="UPDATE", when="NEW.result IS NOT NULL", errcode="22P02"):
+    with refused(STEP_TABLE, **REFUSED_RESULT):
         tasks.execute_step(run_id, "step")
     drain_queue()
+
+    assert_failed_at_once(run_id, calls)
+
+
+@pytest.mark.postgres
+def test_result_the_database_refuses__fails_a_step_run_in_place_at_once(calls):
+    run_id = pw.start_workflow("unstorable.flow", {"function": "unstorable.plain"})
+
+    with refused(STEP_TABLE, **REFUSED_RESULT):
+        tasks.orchestrate(run_id)  # the pass runs the step in place
 
     assert_failed_at_once(run_id, calls)

@@ -20,6 +20,12 @@ from tests.queue import drain_queue, queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
+
+@pytest.fixture(autouse=True)
+def _queued(through_the_queue: None) -> None:
+    """These tests are about the queue path: no step runs in place."""
+
+
 NOTHING = {"timers": 0, "lapsed": 0, "relayed": 0, "lapsed_runs": 0, "stalled": 0}
 
 

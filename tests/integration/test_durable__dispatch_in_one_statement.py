@@ -20,6 +20,12 @@ from tests.queue import drain_queue, queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
+
+@pytest.fixture(autouse=True)
+def _queued(through_the_queue: None) -> None:
+    """These tests are about the queue path: no step runs in place."""
+
+
 EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
 

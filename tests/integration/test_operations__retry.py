@@ -154,7 +154,7 @@ def test_retry_run__a_body_that_raised_runs_again_with_its_steps_kept():
     assert seen == ["load"]
 
 
-def test_retry_run__queued_step_is_dispatched_to_a_worker_again():
+def test_retry_run__queued_step_is_dispatched_to_a_worker_again(through_the_queue):
     attempts = []
     broken = [True]
 

@@ -1,7 +1,10 @@
 """A run is failed only by user code. When one of the engine's own statements fails (the queue
 table refuses the message, a lock or statement timeout, a deadlock, a revoked permission) the
 pass is abandoned: the run stays running, nothing is marked failed, and once the database
-accepts the statement again recovery finishes the run (DESIGN §3, §4.3; issue 10 fault 1)."""
+accepts the statement again recovery finishes the run (DESIGN §3, §4.3; issue 10 fault 1).
+
+The outage tests send their steps through the queue (`through_the_queue`): a step a worker's
+pass runs in place sends no message to refuse."""
 
 from __future__ import annotations
 
@@ -61,7 +64,9 @@ def assert_untouched(run_id: str) -> None:
     ).exists()
 
 
-def test_queue_outage__in_flight_runs_stay_running_with_their_step_pending(calls, fresh_backoff):
+def test_queue_outage__in_flight_runs_stay_running_with_their_step_pending(
+    calls, fresh_backoff, through_the_queue
+):
     run_ids = [pw.start_workflow("outage.order", {"n": n}) for n in range(IN_FLIGHT)]
 
     with refused(QUEUE_TABLE):  # the queue table refuses every message, as in an outage
@@ -76,7 +81,9 @@ def test_queue_outage__in_flight_runs_stay_running_with_their_step_pending(calls
     assert calls == []
 
 
-def test_queue_outage__once_the_queue_is_back_recovery_finishes_every_run(calls, fresh_backoff):
+def test_queue_outage__once_the_queue_is_back_recovery_finishes_every_run(
+    calls, fresh_backoff, through_the_queue
+):
     run_ids = [pw.start_workflow("outage.order", {"n": n}) for n in range(IN_FLIGHT)]
     with refused(QUEUE_TABLE):
         for run_id in run_ids:

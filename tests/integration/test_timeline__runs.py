@@ -166,7 +166,7 @@ def test_timeline__operator_retry_joins_with_its_user_and_the_attempt_carries_on
     assert pw.reconstruct_run_state(run_id)["phase"] == "completed"
 
 
-def test_timeline__queued_step_shows_scheduled_and_child_step_shows_waiting():
+def test_timeline__queued_step_shows_scheduled_and_child_step_shows_waiting(through_the_queue):
     @pw.step_function("timeline.remote", inline=False)
     def remote(data, ctx):
         return "remote ok"

@@ -12,8 +12,9 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.models import WorkflowStep
+from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import StepStatus
+from tests.queue import drain_queue
 from tests.rows import attempt_statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,7 +40,7 @@ def finished() -> list[str]:
     return done
 
 
-def test_timeout__stops_the_attempt_and_records_timeout(finished):
+def test_timeout__stops_a_queued_attempt_and_records_timeout(finished, through_the_queue):
     assert threading.current_thread() is threading.main_thread()
     run_id = pw.start_workflow("slowpoke.flow", {})
     tasks.orchestrate(run_id)
@@ -53,7 +54,30 @@ def test_timeout__stops_the_attempt_and_records_timeout(finished):
     assert attempt_statuses(run_id, "nap") == [(1, StepStatus.FAILED)]
 
 
-def test_timeout__restores_the_alarm_that_was_armed_before(finished):
+def test_timeout__stops_an_attempt_run_in_place_and_its_retry_goes_to_the_queue(finished):
+    run_id = pw.start_workflow("slowpoke.flow", {})
+
+    tasks.orchestrate(run_id)  # the pass runs the step in place: its timeout holds there too
+
+    time.sleep(1.5)
+    assert finished == []
+    step = WorkflowStep.objects.get(run_id=run_id, step_key="nap")
+    assert (step.status, step.error["code"]) == (StepStatus.FAILED, "TIMEOUT")
+    assert attempt_dispatches(run_id) == [(1, "in_place")]
+    drain_queue()  # the retry: through the queue, and timed out again
+    assert attempt_dispatches(run_id) == [(1, "in_place"), (2, "queued")]
+    assert WorkflowStep.objects.get(pk=step.pk).error["code"] == "TIMEOUT"
+
+
+def attempt_dispatches(run_id: str) -> list[tuple[int, str]]:
+    return list(
+        WorkflowStepHistory.objects.filter(step__run_id=run_id)
+        .order_by("attempt")
+        .values_list("attempt", "dispatch")
+    )
+
+
+def test_timeout__restores_the_alarm_that_was_armed_before(finished, through_the_queue):
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
     try:

@@ -142,3 +142,10 @@ def test_describe_waiting__each_kind():
     )
     assert text({"kind": "suspend", "reason": "manual review"}) == "suspend manual review"
     assert text({"kind": "approval", "step_key": "ok", "approval_id": 1}) == "approval ok"
+
+
+def test_waiting_labels__every_waiting_kind_of_the_querysets_has_one():
+    from pikku_workflows.admin.filters import WAITING_LABELS
+    from pikku_workflows.querysets import WAITING_KINDS
+
+    assert set(WAITING_LABELS) == set(WAITING_KINDS)

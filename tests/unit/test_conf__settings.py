@@ -27,6 +27,7 @@ def test_settings__defaults_from_design():
         assert pikku_settings.RECOVERY_BATCH == 100
         assert pikku_settings.MODULES == []
         assert pikku_settings.ORCHESTRATOR_QUEUE is None
+        assert pikku_settings.RUN_QUERYSET_FILTER is None
 
 
 def test_settings__override_settings_takes_effect_at_once():
@@ -74,6 +75,7 @@ def test_settings__environment_ignored_for_non_numeric_settings(monkeypatch):
     monkeypatch.setenv("PIKKU_ORCHESTRATOR_QUEUE", "elsewhere")
     with override_settings(PIKKU_WORKFLOWS={}):
         assert pikku_settings.ORCHESTRATOR_QUEUE is None
+        assert pikku_settings.RUN_QUERYSET_FILTER is None
 
 
 def test_settings__unknown_name_raises_attribute_error():

@@ -69,6 +69,13 @@ def test_admin_url(addrport, url):
     assert demo_server.admin_url(addrport) == url
 
 
+def test_api_urls__the_api_root_and_its_swagger_ui():
+    assert demo_server.api_urls("0.0.0.0:9000") == (
+        "http://127.0.0.1:9000/api/workflows/",
+        "http://127.0.0.1:9000/api/workflows/schema/swagger/",
+    )
+
+
 def test_demo_server__prints_login_and_stops_children_on_interrupt(children, monkeypatch):
     def interrupted(started: list[Any]) -> int:
         raise KeyboardInterrupt
@@ -80,6 +87,8 @@ def test_demo_server__prints_login_and_stops_children_on_interrupt(children, mon
 
     assert "http://127.0.0.1:8000/admin/" in out.getvalue()
     assert "admin / admin" in out.getvalue()
+    assert "API:   http://127.0.0.1:8000/api/workflows/" in out.getvalue()
+    assert "http://127.0.0.1:8000/api/workflows/schema/swagger/" in out.getvalue()
     server, worker = children
     assert server.argv[0] == sys.executable
     assert server.argv[1].endswith("manage.py")

@@ -1,4 +1,5 @@
-"""`manage.py demo_server`: start the demo's processes (for now the web server); stop them together."""
+"""`manage.py demo_server`: start the demo's processes (the web server and a worker), print where
+the admin and the HTTP API are; stop them together."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.urls import reverse
 
 from .seed_demo import ADMIN_PASSWORD, ADMIN_USERNAME
 
@@ -24,11 +26,22 @@ def child_commands(addrport: str, *, noreload: bool = False) -> list[list[str]]:
     return [server, ["pikku_worker", "--workers", "2"]]
 
 
-def admin_url(addrport: str) -> str:
+def site_url(addrport: str, path: str) -> str:
     host, _, port = addrport.rpartition(":")
     if host in ("", "0.0.0.0", "0", "[::]"):
         host = "127.0.0.1"
-    return f"http://{host}:{port}/admin/"
+    return f"http://{host}:{port}/{path}"
+
+
+def admin_url(addrport: str) -> str:
+    return site_url(addrport, "admin/")
+
+
+def api_urls(addrport: str) -> tuple[str, str]:
+    """The HTTP API's root and its Swagger UI (project/urls.py mounts it at api/workflows/)."""
+    api = reverse("pikku_workflows_api:run-list").removesuffix("runs/").lstrip("/")
+    swagger = reverse("pikku_workflows_api:swagger").lstrip("/")
+    return site_url(addrport, api), site_url(addrport, swagger)
 
 
 class Command(BaseCommand):
@@ -42,6 +55,11 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Admin: {admin_url(addrport)}")
             + f"  (login {ADMIN_USERNAME} / {ADMIN_PASSWORD}; run `manage.py seed_demo` first)"
+        )
+        api, swagger = api_urls(addrport)
+        self.stdout.write(
+            self.style.SUCCESS(f"API:   {api}")
+            + f"  (Swagger UI: {swagger}; curl -u {ADMIN_USERNAME}:{ADMIN_PASSWORD} {api}runs/)"
         )
         manage_py = str(settings.BASE_DIR / "manage.py")
         children = [

@@ -1,0 +1,286 @@
+"""Request and response shapes of the API. Requests are validated here; responses are the
+engine's own dicts (`pw.get_run_status`, `pw.get_run_timeline`, ...) passed through as they are,
+and the response serializers only describe them for the OpenAPI schema. No business logic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..querysets import WAITING_KINDS
+from ..status import RunStatus, StepStatus
+
+MAX_REASON = 2000
+MAX_KEY = 255
+
+
+class CommaSeparatedChoiceField(serializers.MultipleChoiceField):
+    """`?include=input,output` or `?include=input&include=output`, as a list in request order."""
+
+    def get_value(self, dictionary: Any) -> Any:
+        if self.field_name not in dictionary:
+            return serializers.empty
+        raw = dictionary.getlist(self.field_name) if hasattr(dictionary, "getlist") else []
+        return [part.strip() for item in raw for part in str(item).split(",") if part.strip()]
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        chosen = super().to_internal_value(data)
+        return [value for value in dict.fromkeys(data) if value in chosen]
+
+
+# Requests ---------------------------------------------------------------------------------
+
+
+class StartRunSerializer(serializers.Serializer):
+    input = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="The workflow's input (JSON)."
+    )
+    idempotency_key = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=MAX_KEY,
+        help_text="Starting again with the same key answers the same run (200); with another "
+        "input it is a 409 IDEMPOTENCY_CONFLICT.",
+    )
+
+
+class OperationSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_REASON,
+        help_text="Recorded in the audit trail with your username.",
+    )
+
+
+class ForkSerializer(OperationSerializer):
+    from_step = serializers.CharField(
+        max_length=MAX_KEY,
+        help_text="Steps before it keep their recorded results; it and every later one run again.",
+    )
+
+
+class ListQuerySerializer(serializers.Serializer):
+    include = CommaSeparatedChoiceField(
+        choices=["input", "output"],
+        required=False,
+        help_text="Add the run's input and/or output to each item (comma-separated).",
+    )
+
+
+class CountsQuerySerializer(serializers.Serializer):
+    group_by = CommaSeparatedChoiceField(
+        choices=["status", "workflow"],
+        required=False,
+        help_text="Count per status and/or per workflow (comma-separated); none: the total only.",
+    )
+
+
+class StateQuerySerializer(serializers.Serializer):
+    at = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="A timeline seq (-1: before the first event) or an ISO 8601 datetime "
+        "(inclusive); default: the last event.",
+    )
+
+
+class EventsQuerySerializer(serializers.Serializer):
+    last_event_id = serializers.IntegerField(
+        required=False,
+        min_value=-1,
+        max_value=2**63 - 1,
+        help_text="Resume after this seq (the `Last-Event-ID` header wins over it).",
+    )
+
+
+class BulkOptionsSerializer(OperationSerializer):
+    dry_run = serializers.BooleanField(
+        required=False, default=False, help_text="Only report which runs it would act on."
+    )
+
+
+class BulkSerializer(BulkOptionsSerializer):
+    """The list's filters (at least one), as JSON values, plus the operation's options.
+
+    Describes the body for the schema; the filters are validated by the list's FilterSet.
+    """
+
+    id = serializers.ListField(child=serializers.UUIDField(), required=False)
+    status = serializers.ListField(
+        child=serializers.ChoiceField(choices=RunStatus.choices), required=False
+    )
+    workflow = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_KEY), required=False
+    )
+    started_after = serializers.DateTimeField(required=False)
+    started_before = serializers.DateTimeField(required=False)
+    finished_after = serializers.DateTimeField(required=False)
+    finished_before = serializers.DateTimeField(required=False)
+    started_by = serializers.CharField(required=False, max_length=MAX_KEY)
+    parent_run = serializers.UUIDField(required=False)
+    has_parent = serializers.BooleanField(required=False)
+    subject_type = serializers.CharField(required=False, max_length=MAX_KEY)
+    subject_id = serializers.CharField(required=False, max_length=MAX_KEY)
+    waiting_on = serializers.ChoiceField(choices=list(WAITING_KINDS), required=False)
+    awaiting_approval = serializers.BooleanField(required=False)
+    q = serializers.CharField(required=False, max_length=MAX_KEY)
+
+
+BULK_OPTIONS = ("reason", "dry_run")
+
+
+# Responses (documentation of the engine's dicts) --------------------------------------------
+
+
+class StepSummarySerializer(serializers.Serializer):
+    key = serializers.CharField()
+    status = serializers.ChoiceField(choices=StepStatus.choices)
+    attempts = serializers.IntegerField()
+    duration_ms = serializers.IntegerField(allow_null=True)
+    function = serializers.CharField(allow_null=True)
+
+
+class WaitingOnSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text=" | ".join([*WAITING_KINDS, "approval", "signal"]))
+    step_key = serializers.CharField(required=False)
+    reason = serializers.CharField(required=False, help_text="kind suspend")
+    child_run_id = serializers.UUIDField(required=False, help_text="kind child")
+    until = serializers.DateTimeField(required=False, help_text="kinds timer, retry")
+    at = serializers.DateTimeField(required=False, help_text="kind retry")
+    attempt = serializers.IntegerField(required=False, help_text="kind retry: the next attempt")
+    lease_expires_at = serializers.DateTimeField(required=False, help_text="kinds step, lease")
+
+
+class RunErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(allow_null=True)
+    message = serializers.CharField(allow_null=True)
+
+
+class RunFieldsSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    workflow = serializers.CharField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    started_by = serializers.CharField(allow_null=True, help_text="username")
+    steps = StepSummarySerializer(many=True)
+    planned_steps = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    waiting_on = WaitingOnSerializer(allow_null=True)
+    error = RunErrorSerializer(allow_null=True)
+
+
+class RunSummarySerializer(RunFieldsSerializer):
+    """`pw.get_run_status(run_id)`."""
+
+    output = serializers.JSONField(allow_null=True, help_text="Set once the run completed.")
+
+
+class RunListItemSerializer(RunFieldsSerializer):
+    """A run summary without `output`; `include=input,output` adds either."""
+
+    input = serializers.JSONField(allow_null=True, required=False)
+    output = serializers.JSONField(allow_null=True, required=False)
+
+
+class TimelineEventSerializer(serializers.Serializer):
+    """One event of `pw.get_run_timeline(run_id)` (DESIGN §4.9)."""
+
+    seq = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    step_key = serializers.CharField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    event = serializers.CharField(help_text="A step status, or an operator action.")
+    result = serializers.JSONField(required=False, allow_null=True)
+    error = serializers.JSONField(required=False, allow_null=True)
+    from_step_key = serializers.CharField(required=False, allow_null=True)
+    user = serializers.CharField(required=False, allow_null=True)
+
+
+class StepStateSerializer(serializers.Serializer):
+    status = serializers.CharField(allow_null=True)
+    attempt = serializers.IntegerField()
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+
+
+class RunStateSerializer(serializers.Serializer):
+    """`pw.reconstruct_run_state(run_id, at)`."""
+
+    seq = serializers.IntegerField()
+    at = serializers.DateTimeField(allow_null=True)
+    phase = serializers.ChoiceField(
+        choices=["pending", "running", "waiting", "failed", "completed", "idle"]
+    )
+    steps = serializers.DictField(child=StepStateSerializer())
+    path = serializers.ListField(child=serializers.CharField())
+    results = serializers.DictField(child=serializers.JSONField(allow_null=True))
+
+
+class DefinitionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text="dsl | graph | dynamic")
+    version_hash = serializers.CharField()
+    planned_steps = serializers.ListField(child=serializers.CharField(), allow_null=True)
+
+
+class DefinitionDetailSerializer(DefinitionSerializer):
+    definition = serializers.JSONField(
+        allow_null=True, help_text="The graph (JSON) of a graph workflow; null for Python ones."
+    )
+
+
+class CountGroupSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+    workflow = serializers.CharField(required=False)
+    count = serializers.IntegerField()
+
+
+class CountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    groups = CountGroupSerializer(many=True)
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable: RUN_NOT_FOUND, INVALID_TRANSITION, ...")
+    detail = serializers.CharField()
+    problems = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="INVALID_INPUT found by the engine: every problem, when there are several.",
+    )
+
+
+class ValidationErrorSerializer(ErrorSerializer):
+    fields = serializers.DictField(
+        required=False, child=serializers.JSONField(), help_text="DRF's errors per field."
+    )
+
+
+class IneligibleRunSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    reason = serializers.CharField()
+
+
+class BulkOutcomeSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    outcome = serializers.ChoiceField(choices=["done", "failed"])
+    status = serializers.ChoiceField(choices=RunStatus.choices, allow_null=True)
+    error = ErrorSerializer(allow_null=True)
+
+
+class BulkResultSerializer(serializers.Serializer):
+    operation = serializers.ChoiceField(choices=["cancel", "suspend", "resume", "retry"])
+    dry_run = serializers.BooleanField()
+    eligible_count = serializers.IntegerField()
+    ineligible_count = serializers.IntegerField()
+    eligible = serializers.ListField(child=serializers.UUIDField())
+    ineligible = IneligibleRunSerializer(many=True)
+    truncated = serializers.BooleanField(help_text="The id lists stop at the bulk limit.")
+    done_count = serializers.IntegerField(required=False)
+    failed_count = serializers.IntegerField(required=False)
+    outcomes = BulkOutcomeSerializer(many=True, required=False)

@@ -1,0 +1,22 @@
+"""URLs of the API: `path("api/workflows/", include("pikku_workflows.api.urls"))`."""
+
+from __future__ import annotations
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from .schema import RedocView, SchemaView, SwaggerView
+from .views import DefinitionViewSet, RunViewSet
+
+app_name = "pikku_workflows_api"
+
+router = SimpleRouter()
+router.register("definitions", DefinitionViewSet, basename="definition")
+router.register("runs", RunViewSet, basename="run")
+
+urlpatterns = [
+    *router.urls,
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("schema/swagger/", SwaggerView.as_view(), name="swagger"),
+    path("schema/redoc/", RedocView.as_view(), name="redoc"),
+]

@@ -1,0 +1,433 @@
+"""The API's views: workflow definitions (list, detail, start a run) and runs (list, counts,
+detail, timeline, state, live events, operations, bulk operations).
+
+Views parse and check requests and answer the engine's own dicts: every state change is a
+`pw.*` operation (which validates, writes and audits), every read of one run a `pw.*` read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.core.handlers.asgi import ASGIRequest
+from django.db.models import Count, Prefetch, QuerySet
+from django.http import StreamingHttpResponse
+from django_filters import utils as filter_utils
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.serializers import Serializer
+
+import pikku_workflows as pw
+
+from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..registry import WorkflowDefinition, registry
+from . import bulk
+from .engine_internals import summarize
+from .errors import exception_handler
+from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stream
+from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
+from .pagination import RunCursorPagination
+from .parsers import StrictJSONParser
+from .permissions import RunPermission, visible_run_id, visible_runs
+from .schema import documented, errors
+from .serializers import (
+    BULK_OPTIONS,
+    BulkOptionsSerializer,
+    BulkResultSerializer,
+    BulkSerializer,
+    CountsQuerySerializer,
+    CountsSerializer,
+    DefinitionDetailSerializer,
+    DefinitionSerializer,
+    EventsQuerySerializer,
+    ForkSerializer,
+    ListQuerySerializer,
+    OperationSerializer,
+    RunListItemSerializer,
+    RunStateSerializer,
+    RunSummarySerializer,
+    StartRunSerializer,
+    StateQuerySerializer,
+    TimelineEventSerializer,
+)
+
+# One Server-Sent Event as schema checkers read a text/event-stream body.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["summary", "timeline", "end", "error"]},
+        "data": {"type": "string", "description": "JSON: a run summary or a timeline event."},
+        "id": {"type": "string", "description": "The seq of the last event this one covers."},
+    },
+    "required": ["event", "data"],
+}
+RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="A run id.")
+# Per-run operations: the action name is the engine's `pw.<name>_run` and the permission's.
+OPERATIONS = ("cancel", "suspend", "resume", "retry", "fork")
+# Step and history columns the list's summaries read (the JSON payloads stay in the database).
+SUMMARY_STEP_COLUMNS = (
+    "id",
+    "run_id",
+    "step_key",
+    "kind",
+    "function_name",
+    "status",
+    "attempt",
+    "attempt_limit",
+    "child_run_id",
+    "lease_expires_at",
+    "wake_at",
+    "created_at",
+)
+SUMMARY_HISTORY_COLUMNS = (
+    "id",
+    "step_id",
+    "attempt",
+    "created_at",
+    "running_at",
+    "succeeded_at",
+    "failed_at",
+)
+
+
+def validated(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class PikkuAPIMixin:
+    """What every view of the API shares, whatever the host's REST_FRAMEWORK defaults say (the
+    host's authentication classes are kept)."""
+
+    permission_classes: tuple[type, ...] = (RunPermission,)
+    parser_classes: tuple[type, ...] = (StrictJSONParser,)
+    renderer_classes: tuple[type, ...] = (JSONRenderer,)
+    schema = AutoSchema()
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def required_action(self) -> str | None:
+        """The model permission the current action needs (`<action>_workflowrun`), if any."""
+        return None
+
+
+def definition_data(definition: WorkflowDefinition, *, detail: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": definition.name,
+        "kind": definition.kind,
+        "version_hash": definition.code_version,
+        "planned_steps": definition.planned_steps,
+    }
+    if detail:
+        # A graph workflow's definition as written (JSON); Python workflows have none.
+        data["definition"] = definition.graph.source if definition.graph is not None else None
+    return data
+
+
+class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
+    """The registered workflows, and starting a run of one."""
+
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"  # names have dots ("payments.charge")
+
+    def required_action(self) -> str | None:
+        return "add" if self.action == "runs" else None
+
+    @documented(responses={200: DefinitionSerializer(many=True), **errors()})
+    def list(self, request: Request) -> Response:
+        definitions = sorted(registry.workflows.values(), key=lambda d: d.name)
+        return Response([definition_data(definition) for definition in definitions])
+
+    @documented(responses={200: DefinitionDetailSerializer, **errors(404)})
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(definition_data(registry.get_workflow(name), detail=True))
+
+    @documented(
+        request=StartRunSerializer,
+        responses={
+            201: RunSummarySerializer,
+            200: OpenApiResponse(RunSummarySerializer, description="The idempotency key's run."),
+            **errors(400, 404, 409),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def runs(self, request: Request, name: str) -> Response:
+        """Start a run (queued: a worker executes it); `started_by` is you."""
+        body = validated(StartRunSerializer, request.data)
+        key = body["idempotency_key"]
+        registry.get_workflow(name)
+        # Two first requests racing with one key may both answer 201: both name the same run.
+        existed = (
+            key is not None
+            and WorkflowRun.objects.filter(workflow=name, idempotency_key=key).exists()
+        )
+        run_id = pw.start_workflow(
+            name, body["input"], idempotency_key=key, started_by=request.user
+        )
+        if existed and not visible_runs(request).filter(pk=run_id).exists():
+            # The key names a run this user may not see: saying so would show it.
+            raise pw.IdempotencyConflict(name, key)
+        summary = pw.get_run_status(run_id)
+        headers = {
+            "Location": reverse("pikku_workflows_api:run-detail", args=[run_id], request=request)
+        }
+        answer = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        return Response(summary, status=answer, headers=headers)
+
+
+def summary_steps() -> QuerySet[WorkflowStep]:
+    """A run's steps as the summary reads them, prefetched for a whole page in two queries."""
+    history = WorkflowStepHistory.objects.order_by("attempt").only(*SUMMARY_HISTORY_COLUMNS)
+    return (
+        WorkflowStep.objects.with_clock()  # what the summary asks the database clock
+        .order_by("created_at", "step_key")
+        .only(*SUMMARY_STEP_COLUMNS)
+        .prefetch_related(Prefetch("history", queryset=history))
+    )
+
+
+def list_item(run: WorkflowRun, include: list[str]) -> dict[str, Any]:
+    """A run's summary without `output`, unless `include` names it (and with `input` if so)."""
+    if "output" not in include:
+        # Deferred by the list query: assigning it keeps `summarize` from loading it per run.
+        run.output = None
+    item = summarize(run, run.summary_steps)  # type: ignore[attr-defined]
+    if "output" not in include:
+        del item["output"]
+    if "input" in include:
+        item["input"] = run.input
+    return item
+
+
+class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
+    """Runs you may see: yours, or every run with `view_workflowrun` (narrowed by the host's
+    RUN_QUERYSET_FILTER). A run you may not see answers 404 everywhere below it."""
+
+    lookup_value_regex = "[^/]+"
+    permissions_per_run = True
+    filter_backends = (DjangoFilterBackend,)
+    filterset_class = RunFilterSet
+    pagination_class = RunCursorPagination
+
+    def get_queryset(self) -> QuerySet[WorkflowRun]:
+        return visible_runs(self.request)
+
+    def required_action(self) -> str | None:
+        if self.action in OPERATIONS:
+            return self.action
+        if self.action == "bulk" and self.kwargs.get("operation") in bulk.RULES:
+            return self.kwargs["operation"]
+        return None
+
+    def run_id(self) -> uuid.UUID:
+        """The run of the URL: visible (else 404), then the action's permission (else 403)."""
+        run_id = visible_run_id(self.request, self.kwargs["pk"])
+        self.check_object_permissions(self.request, run_id)
+        return run_id
+
+    @documented(
+        parameters=[ListQuerySerializer],
+        responses={200: RunListItemSerializer(many=True), **errors(400)},
+    )
+    def list(self, request: Request) -> Response:
+        include = validated(ListQuerySerializer, request.query_params).get("include", [])
+        deferred = [field for field in ("input", "output") if field not in include]
+        runs = (
+            self.filter_queryset(self.get_queryset())
+            .select_related("started_by")
+            .defer(*deferred, "state")
+            .prefetch_related(Prefetch("steps", summary_steps(), to_attr="summary_steps"))
+        )
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response([list_item(run, include) for run in page or []])
+
+    @documented(
+        parameters=[CountsQuerySerializer], responses={200: CountsSerializer, **errors(400)}
+    )
+    @action(detail=False, methods=["get"])
+    def counts(self, request: Request) -> Response:
+        group_by = validated(CountsQuerySerializer, request.query_params).get("group_by", [])
+        runs = self.filter_queryset(self.get_queryset()).order_by()
+        if not group_by:
+            return Response({"total": runs.count(), "groups": []})
+        groups = list(runs.values(*group_by).annotate(count=Count("pk")).order_by(*group_by))
+        return Response({"total": sum(group["count"] for group in groups), "groups": groups})
+
+    @documented(parameters=[RUN_ID], responses={200: RunSummarySerializer, **errors(404)})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(pw.get_run_status(self.run_id()))
+
+    @documented(
+        parameters=[RUN_ID], responses={200: TimelineEventSerializer(many=True), **errors(404)}
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=())
+    def timeline(self, request: Request, pk: str) -> Response:
+        return Response(pw.get_run_timeline(self.run_id()))
+
+    @documented(
+        parameters=[RUN_ID, StateQuerySerializer],
+        responses={200: RunStateSerializer, **errors(400, 404)},
+    )
+    @action(detail=True, methods=["get"])
+    def state(self, request: Request, pk: str) -> Response:
+        at = validated(StateQuerySerializer, request.query_params).get("at")
+        return Response(pw.reconstruct_run_state(self.run_id(), at))
+
+    @documented(
+        parameters=[
+            RUN_ID,
+            EventsQuerySerializer,
+            OpenApiParameter(
+                "Last-Event-ID",
+                OpenApiTypes.INT,
+                OpenApiParameter.HEADER,
+                description="Resume after this seq (EventSource sends it on reconnect).",
+            ),
+        ],
+        responses={
+            (200, EventStreamRenderer.media_type): OpenApiResponse(
+                SSE_EVENT,
+                description="A stream of events: `summary` (the run summary; `id:` the last "
+                "seq it covers on a fresh connection), then one `timeline` event per timeline "
+                "event (`id:` its seq), then `end` (the final summary) once the run has ended. "
+                "A comment line every 15 s keeps the connection open.",
+            ),
+            **errors(400, 404),
+            **{
+                (status, EventStreamRenderer.media_type): OpenApiResponse(
+                    SSE_EVENT, description="The error as one `error` event (data: the JSON error)."
+                )
+                for status in (400, 401, 403, 404)
+            },
+        },
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, EventStreamRenderer])
+    def events(self, request: Request, pk: str) -> StreamingHttpResponse:
+        run_id = self.run_id()
+        resumed = request.headers.get("Last-Event-ID", request.query_params.get("last_event_id"))
+        query = {} if resumed in (None, "") else {"last_event_id": resumed}
+        stream = RunEventStream(
+            run_id, validated(EventsQuerySerializer, query).get("last_event_id")
+        )
+        is_asgi = isinstance(request._request, ASGIRequest)
+        content = async_stream(stream) if is_asgi else sync_stream(stream)
+        response = StreamingHttpResponse(content, content_type=EventStreamRenderer.media_type)
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
+        return response
+
+    def _operate(self, request: Request, operation: str) -> Response:
+        run_id = self.run_id()
+        body = validated(OperationSerializer, request.data)
+        summary = getattr(pw, f"{operation}_run")(run_id, reason=body["reason"], by=request.user)
+        return Response(summary)
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        return self._operate(request, "cancel")
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, pk: str) -> Response:
+        return self._operate(request, "suspend")
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        return self._operate(request, "resume")
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        return self._operate(request, "retry")
+
+    @documented(
+        parameters=[RUN_ID],
+        request=ForkSerializer,
+        responses={
+            200: OpenApiResponse(RunSummarySerializer, description="The new run's summary."),
+            **errors(400, 403, 404, 409),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, pk: str) -> Response:
+        """A new run of the same workflow and input reusing the results before `from_step`."""
+        run_id = self.run_id()
+        body = validated(ForkSerializer, request.data)
+        new_id = pw.fork_run(
+            run_id, from_step=body["from_step"], by=request.user, reason=body["reason"]
+        )
+        location = reverse("pikku_workflows_api:run-detail", args=[new_id], request=request)
+        return Response(pw.get_run_status(new_id), headers={"Location": location})
+
+    @documented(
+        parameters=[
+            OpenApiParameter(
+                "operation",
+                str,
+                OpenApiParameter.PATH,
+                enum=["cancel", "suspend", "resume", "retry"],
+            )
+        ],
+        request=BulkSerializer,
+        responses={200: BulkResultSerializer, **errors(400, 404)},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path=r"bulk/(?P<operation>[^/]+)",
+    )
+    def bulk(self, request: Request, operation: str) -> Response:
+        if operation not in bulk.RULES:
+            raise NotFound(f"No bulk operation {operation!r}; there are {', '.join(bulk.RULES)}.")
+        body = request.data
+        if not isinstance(body, dict):
+            raise ValidationError(["Expected a JSON object of filters and options."])
+        unknown = sorted(set(body) - set(BULK_FILTERS) - set(BULK_OPTIONS))
+        if unknown:
+            raise ValidationError({name: ["Not a filter of runs."] for name in unknown})
+        filters = {name: value for name, value in body.items() if name in BULK_FILTERS}
+        if not filters:
+            raise ValidationError(
+                [
+                    "Name at least one filter (e.g. status): a bulk operation "
+                    "never selects every run by default."
+                ]
+            )
+        options = validated(BulkOptionsSerializer, {k: body[k] for k in BULK_OPTIONS if k in body})
+        filterset = RunFilterSet(filters_from_body(filters), self.get_queryset(), request=request)
+        if not filterset.is_valid():
+            raise filter_utils.translate_validation(filterset.errors)
+        plan = bulk.preview(filterset.qs, bulk.RULES[operation])
+        if options["dry_run"]:
+            return Response(plan.as_data(dry_run=True))
+        return Response(bulk.perform(plan, by=request.user, reason=options["reason"]))

@@ -1,0 +1,157 @@
+"""The OpenAPI schema: committed as docs/openapi.yaml (this fails when it drifts), served with
+Swagger UI and Redoc from local static files, and fuzzed with schemathesis: zero server errors
+and zero responses that break the schema, for valid and invalid requests alike."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.wsgi import get_wsgi_application
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from rest_framework.authtoken.models import Token
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.api.conftest import API
+
+pytestmark = pytest.mark.django_db
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
+REGENERATE = "make openapi"
+# Examples per operation and generation mode: bounded, so the run adds seconds, not minutes.
+EXAMPLES = 12
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+def test_schema__committed_file_matches_the_generated_schema(client):
+    response = client.get(API + "schema/")
+
+    assert response.status_code == 200
+    assert response.content.decode() == COMMITTED.read_text(), (
+        f"docs/openapi.yaml is out of date: run `{REGENERATE}` and commit it"
+    )
+
+
+def test_schema__covers_every_endpoint_of_the_api_and_nothing_else(client):
+    import yaml
+
+    paths = yaml.safe_load(client.get(API + "schema/").content)["paths"]
+
+    assert set(paths) == {
+        f"{API}{path}"
+        for path in (
+            "definitions/",
+            "definitions/{name}/",
+            "definitions/{name}/runs/",
+            "runs/",
+            "runs/counts/",
+            "runs/bulk/{operation}/",
+            "runs/{id}/",
+            "runs/{id}/timeline/",
+            "runs/{id}/state/",
+            "runs/{id}/events/",
+            "runs/{id}/cancel/",
+            "runs/{id}/suspend/",
+            "runs/{id}/resume/",
+            "runs/{id}/retry/",
+            "runs/{id}/fork/",
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("page", "asset"), [("swagger/", "swagger-ui-bundle.js"), ("redoc/", "redoc.standalone.js")]
+)
+def test_schema__docs_pages_load_their_assets_from_the_sidecar_not_a_cdn(client, page, asset):
+    response = client.get(API + "schema/" + page)
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "/static/drf_spectacular_sidecar/" in html
+    assert asset in html
+    assert "cdn" not in html.lower()
+    assert API + "schema/" in html
+
+
+@pytest.fixture
+def real_runs(shop, operator) -> list[str]:
+    """Runs in every status, so fuzzed requests reach real runs as well as unknown ids."""
+    runs = [
+        shop.start(operator),
+        shop.failed(operator),
+        shop.start(operator, review=True),
+        shop.start(operator, sleep="1h"),
+        shop.start(operator, sleep="1h"),
+    ]
+    return [str(run.pk) for run in runs]
+
+
+@pytest.fixture
+def wsgi_app() -> Any:
+    """The project's WSGI application, minus the end-of-request connection cleanup that would
+    close the test's transaction (what Django's test client leaves out too)."""
+    from django.core import signals
+    from django.db import close_old_connections
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield get_wsgi_application()
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
+@pytest.mark.slow
+def test_schema__fuzzed_requests_never_fail_the_server_or_the_schema(operator, real_runs, wsgi_app):
+    schema = schemathesis.openapi.from_wsgi(API + "schema/", wsgi_app)
+    headers = {"Authorization": f"Token {Token.objects.create(user=operator).key}"}
+    known = itertools.cycle(real_runs)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 15
+
+    def exercise(case: Any) -> None:
+        case.call_and_validate(headers=headers, checks=CHECKS)
+        if "id" in (case.path_parameters or {}):
+            # The same request against a real run: fuzzed bodies and queries meet real state.
+            case.path_parameters["id"] = next(known)
+            case.call_and_validate(headers=headers, checks=CHECKS)
+
+    unnegatable: list[str] = []
+    for operation, mode in itertools.product(operations, GenerationMode):
+        strategy = operation.as_strategy(generation_mode=mode)
+
+        @given(case=strategy)
+        @settings(
+            max_examples=EXAMPLES,
+            derandomize=True,  # seeded: the same examples on every run
+            database=None,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        def fuzz(case: Any) -> None:
+            exercise(case)
+
+        try:
+            fuzz()
+        except Unsatisfiable:
+            # Nothing in this operation can be made invalid (no parameters, no body).
+            assert mode is GenerationMode.NEGATIVE, operation.label
+            unnegatable.append(operation.label)
+    assert len(unnegatable) < len(operations) / 2, unnegatable
