@@ -241,20 +241,6 @@ def validate_graph_functions(graph: GraphDefinition, known: Registry, name: str 
     raise_problems(graph_function_problems(graph, known), name or None)
 
 
-def describe_definition(name: str) -> dict[str, Any]:
-    """A registered workflow as `GET definitions/{name}/` answers it: its kind, the version a run
-    started now records (a graph's hash, a code workflow's fingerprint), and its definition (a
-    graph's JSON; None for code) with its planned steps. WorkflowNotFound for an unknown name."""
-    definition = registry.get_workflow(name)
-    return {
-        "name": definition.name,
-        "kind": definition.kind,
-        "version": definition.code_version,
-        "definition": definition.graph.source if definition.graph is not None else None,
-        "planned_steps": definition.planned_steps,
-    }
-
-
 def _graph_body(wf: Any, input: Any) -> Any:
     raise InvalidInput(
         f"Workflow {wf.name!r} is a graph: the engine runs it with the graph planner, not a body."
