@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
+from .conf import ON_NON_DETERMINISM_CHOICES, pikku_settings
 from .graph.validation import structure_problems
 from .registry import graph_function_problems, registry
 
@@ -97,3 +98,19 @@ def check_graph_workflows(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             for problem in graph_function_problems(definition.graph, registry)
         ]
     return problems
+
+
+@register()
+def check_non_determinism_setting(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E003: ON_NON_DETERMINISM is neither "fail" nor "suspend" (the engine then fails runs)."""
+    value = pikku_settings.ON_NON_DETERMINISM
+    if isinstance(value, str) and value in ON_NON_DETERMINISM_CHOICES:
+        return []
+    return [
+        Error(
+            f"PIKKU_WORKFLOWS['ON_NON_DETERMINISM'] is {value!r}: a replay that asks for another "
+            "function than the one recorded then fails its run.",
+            hint=f"Use one of {list(ON_NON_DETERMINISM_CHOICES)}.",
+            id="pikku_workflows.E003",
+        )
+    ]

@@ -28,7 +28,12 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
     # (tenants); applied after the owner rule, on every endpoint that reads a run.
     "RUN_QUERYSET_FILTER": None,
+    # What a replay that asks for another function at a recorded key does: "fail" the run with
+    # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
+    "ON_NON_DETERMINISM": "fail",
 }
+
+ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")
 
 
 class Settings:

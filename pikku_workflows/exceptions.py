@@ -281,6 +281,31 @@ class OutputNotSerializable(WorkflowError):
         super().__init__(f"The workflow's output is not storable JSON: {reason}")
 
 
+class VersionNotFound(WorkflowError):
+    """The workflow version the run started on is not stored, so the run cannot go on."""
+
+    code = "VERSION_NOT_FOUND"
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        super().__init__(
+            f"Workflow {name!r} has no stored version {version!r}, which this run started on."
+        )
+
+
+class GraphRunFailed(WorkflowError):
+    """A graph run cannot go on; `code` and `message` come from the planner's verdict, and
+    `step_key` names the node instance it is about."""
+
+    code = "GRAPH_RUN_FAILED"
+
+    def __init__(self, failure: dict[str, Any]) -> None:
+        self.code = failure["code"]
+        self.step_key = failure.get("step_key")
+        super().__init__(failure["message"])
+
+
 class WorkflowSignal(BaseException):
     """Stops user code (a workflow body, a step attempt); the engine decides what happens next."""
 
@@ -304,6 +329,16 @@ class PassAbandoned(WorkflowSignal):
     recovery runs it again. `error` is what failed."""
 
     def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class ReplayDiverged(WorkflowSignal):
+    """Replay asked for another step than the one recorded at a key (`error`, a
+    NonDeterministicReplay): a BaseException, so the body's `except Exception:` cannot carry on
+    past it; the engine fails or suspends the run (ON_NON_DETERMINISM)."""
+
+    def __init__(self, error: NonDeterministicReplay) -> None:
         super().__init__(str(error))
         self.error = error
 

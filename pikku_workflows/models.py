@@ -77,6 +77,8 @@ class WorkflowRun(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
+            # The admin counts runs per version ("started on an older version").
+            models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
             # The stalled-run sweep scans running runs by age.
             models.Index(

@@ -25,13 +25,15 @@ class StepStatus(models.TextChoices):
 
 class StepKind(models.TextChoices):
     """What a step row records: a step function call, an inline callable, a child run, a timer,
-    or a suspension asked for by the body."""
+    a suspension asked for by the body, or a patch marker (`wf.patched`: the run reached the
+    patch on code that has it)."""
 
     FUNCTION = "function", "Step function"
     CALLABLE = "callable", "Callable"
     CHILD = "child", "Child run"
     SLEEP = "sleep", "Sleep"
     SUSPEND = "suspend", "Suspend"
+    PATCH = "patch", "Patch marker"
 
 
 class StepDispatch(models.TextChoices):

@@ -4,16 +4,24 @@ inline that lists a host object's runs."""
 from __future__ import annotations
 
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.contenttypes.admin import GenericTabularInline
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowVersion
 from ..querysets import run_id_query
 from .display import ADMIN_CSS, pretty_json, run_link, status_badge
+from .versions import version_graph
+
+# A version's graph in the list is a thumbnail; its page shows it full size.
+PREVIEW_WIDTH = 280
 
 
 class ReadOnlyAdminMixin:
@@ -58,7 +66,7 @@ class WorkflowRunInline(ReadOnlyAdminMixin, GenericTabularInline):
 
 @admin.register(WorkflowVersion)
 class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("name", "kind", "status", "short_hash", "created_at")
+    list_display = ("name", "kind", "status", "short_hash", "runs", "created_at", "graph_preview")
     list_filter = ("kind", "status")
     search_fields = ("name", "graph_hash")
     fields = readonly_fields = (
@@ -68,6 +76,8 @@ class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "graph_hash",
         "code_version",
         "created_at",
+        "runs",
+        "graph",
         "definition_json",
     )
 
@@ -77,6 +87,37 @@ class WorkflowVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="version", ordering="graph_hash")
     def short_hash(self, version: WorkflowVersion) -> str:
         return version.graph_hash[:12]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowVersion]:
+        # The runs column is counted in the list query itself.
+        started = (
+            WorkflowRun.objects.filter(
+                workflow=OuterRef("name"), code_version=OuterRef("graph_hash")
+            )
+            .order_by()
+            .values("workflow")
+            .annotate(count=Count("pk"))
+            .values("count")
+        )
+        return super().get_queryset(request).annotate(run_count=Coalesce(Subquery(started), 0))
+
+    @admin.display(description="runs started on it")
+    def runs(self, version: WorkflowVersion) -> SafeString | str:
+        count = getattr(version, "run_count", 0)
+        try:
+            url = reverse(f"{self.admin_site.name}:pikku_workflows_workflowrun_changelist")
+        except NoReverseMatch:
+            return str(count)
+        query = urlencode({"version": f"{version.name}@{version.graph_hash}"})
+        return format_html('<a href="{}?{}">{}</a>', url, query, count)
+
+    @admin.display(description="graph")
+    def graph_preview(self, version: WorkflowVersion) -> SafeString | str:
+        return version_graph(version, max_width=PREVIEW_WIDTH)
+
+    @admin.display(description="graph")
+    def graph(self, version: WorkflowVersion) -> SafeString | str:
+        return version_graph(version)
 
     @admin.display(description="definition")
     def definition_json(self, version: WorkflowVersion) -> SafeString | str:

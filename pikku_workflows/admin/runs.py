@@ -37,9 +37,10 @@ from .display import (
     short_id,
     status_badge,
 )
-from .filters import RetryingFilter, StartedFilter, StuckFilter, WaitingOnFilter
+from .filters import RetryingFilter, StartedFilter, StuckFilter, VersionFilter, WaitingOnFilter
 from .records import ReadOnlyAdminMixin
 from .run_page import run_page_context
+from .versions import run_graph, run_version
 
 # What the list and the run page read of a step to say what the run waits on.
 WAITING_STEP_FIELDS = (
@@ -58,6 +59,7 @@ WAITING_STEP_FIELDS = (
 RUN_SUMMARY_FIELDS = (
     "id",
     "workflow",
+    "version",
     "run_status",
     "waiting",
     "error_display",
@@ -68,6 +70,7 @@ RUN_SUMMARY_FIELDS = (
     "started_by",
     "subject_link",
     "related_runs",
+    "graph",
 )
 RUN_PAYLOAD_FIELDS = ("input", "output", "error", "state")
 RUN_DATA_FIELDS = ("input_json", "output_json", "state_json")
@@ -161,6 +164,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
         WaitingOnFilter,
         RetryingFilter,
         StuckFilter,
+        VersionFilter,
         ("created_at", StartedFilter),
     )
     search_fields = ("workflow", "input")
@@ -185,6 +189,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
             "finished": obj.finished_at is None,
             "started_by": obj.started_by_id is None,
             "subject_link": obj.subject_type_id is None,
+            "graph": not obj.graph_hash,
         }
         summary = tuple(name for name in RUN_SUMMARY_FIELDS if not unknown.get(name, False))
         return ((None, {"fields": summary}), *self.fieldsets[1:])
@@ -343,6 +348,14 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
                 for r in runs
             ),
         )
+
+    @admin.display(description="version")
+    def version(self, run: WorkflowRun) -> SafeString | str:
+        return run_version(self.admin_site, run)
+
+    @admin.display(description="graph")
+    def graph(self, run: WorkflowRun) -> SafeString | str:
+        return run_graph(run)
 
     @admin.display(description="error")
     def error_display(self, run: WorkflowRun) -> SafeString | str:

@@ -9,15 +9,22 @@ Map (each module imports only those listed below it; none imports one above):
 - `reads`: what a run looks like from outside: status summary, `waiting_on`, timeline, state.
 - `worker`: the step task's body: claim a queued step, run it, record it, continue the run.
 - `recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
+- `replay_check`: replaying stored histories against the current code, running no step
+  (`manage.py pikku_replay_check`).
 - `orchestrator`: one pass: take the run lease, replay the body, record how the run ended.
+- `graphs`: a graph run's pass: plan from its steps, start what the plan fires, plan again.
+- `versions`: deploy safety: the definition a graph run started on, and what a
+  non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `workflow`: the `wf` handle a body drives its run with.
-- `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay.
+- `patches`: `wf.patched` and `wf.deprecate_patch`: patch markers.
+- `steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph node).
 - `children`: child runs started by a step, and telling the parent when they end.
 - `queued`: handing a queued step to a worker from inside a pass.
 - `suspension`: suspending the run from inside its pass.
 - `attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it (fenced).
 - `timers`: due timers (sleeps, retry backoffs) fired and dispatched.
 - `replay`: one pass's view of a run: its steps read once, ordinals, state.
+- `run_state`: the run's state map, merged one key at a time (`run_state.sql`).
 - `run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
 - `leases`: run and step leases on the database clock, and the heartbeat that renews them.
 - `transitions`: every status change of runs and steps (`transitions.sql` on PostgreSQL).

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from ..exceptions import (
     AttemptTimedOut,
+    InvalidInput,
     RunInterrupted,
     StepLeaseExpired,
     StepResultNotSerializable,
@@ -30,9 +31,11 @@ from ..models import WorkflowRun, WorkflowStep
 from ..retry import RetryPolicy
 from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import StepDispatch, StepStatus
+from ..validation import NAME_MAX_LENGTH, checked_text
 from .claims import lock_step_txn
 from .leases import heartbeat, request_rerun, step_lease_until
 from .replay import ReplayPass, observe_timer
+from .run_state import checked_state, merge_run_state
 from .transitions import (
     UnrecordedSuccess,
     create_step_in_run,
@@ -60,6 +63,27 @@ class StepContext:
     attempt: int
     from_invocation_id: str | None
     started_by: str | None
+    # The step row this attempt runs as (what `branch` and `set_state` act on).
+    _step: WorkflowStep | None = field(default=None, repr=False, compare=False)
+
+    def branch(self, key: str) -> None:
+        """Choose which branch of a graph node's `next` ({branch: targets}) fires after this
+        attempt succeeds. Recorded with the result (the last call wins); a failed attempt's
+        choice is dropped with it."""
+        checked_text(key, "A branch", max_length=NAME_MAX_LENGTH)
+        self._attempt_step().branch_taken = key
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Set one key of the run's state now, merged into it (parallel nodes keep each other's
+        keys); StepSuperseded once a newer attempt owns the step."""
+        value = checked_state(key, value)
+        if not merge_run_state(self.run_id, key, value, step=self._attempt_step()):
+            raise StepSuperseded(self.step_key, self.attempt)
+
+    def _attempt_step(self) -> WorkflowStep:
+        if self._step is None:
+            raise InvalidInput("This StepContext was not made by the engine for an attempt.")
+        return self._step
 
 
 def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
@@ -73,6 +97,7 @@ def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
             invocation_id(step.run_id, step.from_step_key) if step.from_step_key else None
         ),
         started_by=started_by,
+        _step=step,
     )
 
 

@@ -15,13 +15,17 @@ from typing import Any
 from django.db import Error as DatabaseError
 
 from ..exceptions import (
+    GraphRunFailed,
     InvalidTransition,
+    NonDeterministicReplay,
     OutputNotSerializable,
     PassAbandoned,
+    ReplayDiverged,
     RunInterrupted,
     RunParked,
     RunSuspendedSignal,
     StepFailed,
+    VersionNotFound,
     WorkflowNotDeployed,
 )
 from ..models import WorkflowRun, WorkflowStep
@@ -30,6 +34,7 @@ from ..serialization import NotStorableJson, describe_error, round_trip
 from ..status import RunStatus
 from . import children
 from .attempts import record_kept
+from .graphs import run_graph
 from .leases import (
     abandon_run_lease,
     acquire_run_lease,
@@ -40,6 +45,7 @@ from .leases import (
 )
 from .replay import LeasedRun, ReplayPass, driving
 from .transitions import move_run
+from .versions import status_on_non_determinism
 from .workflow import Workflow, engine_statements
 
 logger = logging.getLogger(__name__)
@@ -129,14 +135,16 @@ def _replay(
     if run.status != RunStatus.RUNNING:
         return False, False
     definition = registry.workflows.get(run.workflow)
-    if definition is None:
-        _suspend_undeployed(run, holder)
+    # A graph run goes on from the definition it started on, registered here or not.
+    if definition is None and not run.graph_hash:
+        _suspend(run, holder, describe_error(WorkflowNotDeployed(run.workflow), traceback=False))
         return False, False
     drive_child = partial(orchestrate, inline_caller=True)
     rp = ReplayPass.begin(
         run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
     )
-    ended = _run_body(run, holder, rp, definition.func)
+    body = partial(run_graph, rp) if definition is None or run.graph_hash else definition.func
+    ended = _run_body(run, holder, rp, body)
     return ended, ended or rp.lease_released
 
 
@@ -152,6 +160,13 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
         with contextlib.suppress(Exception, RunInterrupted):
             record_kept(rp)  # the database may still take it; if not, the step runs again
         raise
+    except ReplayDiverged as diverged:
+        return _recorded(rp) and _diverged(run, holder, diverged.error)
+    except (GraphRunFailed, VersionNotFound) as exc:
+        # Verdicts of the engine on the run's own graph or version: no traceback worth keeping.
+        step_key = getattr(exc, "step_key", None)
+        error = describe_error(exc, step_key=step_key, traceback=False)
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=error)
     except StepFailed as exc:
         return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
     except Exception as exc:
@@ -199,9 +214,19 @@ def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
     return True
 
 
-def _suspend_undeployed(run: WorkflowRun, holder: str) -> None:
-    # A rolling deploy can deliver a run to a worker that lacks its code: wait for an operator.
-    error = describe_error(WorkflowNotDeployed(run.workflow), traceback=False)
+def _diverged(run: WorkflowRun, holder: str, error: NonDeterministicReplay) -> bool:
+    """Replay asked for another function at a recorded key: fail the run, or suspend it for an
+    operator to fork or cancel (ON_NON_DETERMINISM); True when the run ended."""
+    described = describe_error(error, step_key=error.step_key, traceback=False)
+    if status_on_non_determinism() == RunStatus.SUSPENDED:
+        _suspend(run, holder, described)
+        return False
+    return _end(run, holder, RunStatus.FAILED, error=described)
+
+
+def _suspend(run: WorkflowRun, holder: str, error: dict[str, Any]) -> None:
+    # A rolling deploy can deliver a run to a worker that lacks its code (or has code its history
+    # does not fit): wait for an operator.
     try:
         running = [RunStatus.RUNNING]
         move_run(run.pk, RunStatus.SUSPENDED, expected=running, lease_holder=holder, error=error)

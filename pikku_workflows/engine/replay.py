@@ -15,8 +15,9 @@ from typing import Any
 
 from ..exceptions import InvalidInput
 from ..models import WorkflowRun, WorkflowStep
-from ..serialization import NotStorableJson, round_trip
-from ..validation import KEY_MAX_LENGTH, checked_text
+from ..serialization import round_trip
+from ..validation import KEY_MAX_LENGTH
+from .run_state import checked_state, merge_run_state
 from .transitions import UnrecordedSuccess
 
 _driven: ContextVar[frozenset[str]] = ContextVar("pikku_driven_runs", default=frozenset())
@@ -82,6 +83,9 @@ class ReplayPass:
     state: dict[str, Any] = field(default_factory=dict)
     ordinals: Counter[str] = field(default_factory=Counter)
     last_key: str | None = None
+    # Keys the body reached in this pass, and the patch decisions it made (engine/patches.py).
+    reached: set[str] = field(default_factory=set)
+    patches: dict[str, bool] = field(default_factory=dict)
     # Set when a dispatch released the run lease in its own statement (the pass then ends).
     lease_released: bool = False
     # A step's success not written yet: the pass's next write records it (attempts.py).
@@ -109,22 +113,18 @@ class ReplayPass:
         if len(key) > KEY_MAX_LENGTH:
             raise InvalidInput(f"Step key {key!r} is longer than {KEY_MAX_LENGTH} characters.")
         previous, self.last_key = self.last_key, key
+        self.reached.add(key)
         return key, previous
 
     def set_state(self, key: str, value: Any) -> None:
-        checked_text(key, "A state key", max_length=KEY_MAX_LENGTH)
-        try:
-            value = round_trip(value)
-        except NotStorableJson as exc:
-            raise InvalidInput(f"State {key!r} is not storable JSON: {exc}") from exc
+        value = checked_state(key, value)
         self.state[key] = value
         stored = self.run.state or {}
         if key in stored and stored[key] == value:
             return  # replays re-set the same values; write only what changed
-        # Only the lease holder writes the run's state, so this read-modify-write cannot race.
-        merged = {**stored, key: value}
-        WorkflowRun.objects.filter(pk=self.run.pk, lease_holder=self.holder).update(state=merged)
-        self.run.state = merged
+        # One key merged in one statement: a step's `ctx.set_state` may write other keys meanwhile.
+        merge_run_state(self.run.pk, key, value, lease_holder=self.holder)
+        self.run.state = {**stored, key: value}
 
 
 def read_steps(run_id: Any) -> dict[str, WorkflowStep]:

@@ -1,4 +1,4 @@
-"""Inserting run rows, with the workflow version they run."""
+"""Inserting run rows, with the workflow version they run (a graph's definition stored in it)."""
 
 from __future__ import annotations
 
@@ -30,19 +30,22 @@ def create_run_row(
     unknown in memory: the database computed it.
     """
     definition = registry.get_workflow(workflow)
-    # Versions are recorded when a run starts, never at import: ready() must not query.
+    # Versions are recorded when a run starts, never at import: ready() must not query. A graph
+    # run goes on from its stored definition whatever is registered later (engine/versions.py).
+    graph = definition.graph
     version = WorkflowVersion(
         name=definition.name,
         graph_hash=definition.code_version,
         code_version=definition.code_version,
         kind=definition.kind,
-        definition={"planned_steps": definition.planned_steps},
+        definition=graph.source if graph else {"planned_steps": definition.planned_steps},
     )
     run = WorkflowRun(
         workflow=definition.name,
         status=RunStatus.RUNNING,
         input=input,
         inline=inline,
+        graph_hash=graph.hash if graph else "",
         code_version=definition.code_version,
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,

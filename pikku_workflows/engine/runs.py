@@ -30,7 +30,7 @@ from ..exceptions import (
     _RunEnded,
 )
 from ..models import WorkflowRun
-from ..registry import registry
+from ..registry import registry, validate_graph_functions
 from ..serialization import NotStorableJson, round_trip
 from ..status import TERMINAL_RUN_STATUSES, RunStatus
 from ..validation import KEY_MAX_LENGTH, checked_text
@@ -62,7 +62,10 @@ def start_workflow(
     open `transaction.atomic()` the run (and an inline pass) live in that transaction: they
     vanish with a rollback, and queued work is enqueued only after the commit.
     """
-    registry.get_workflow(name)
+    definition = registry.get_workflow(name)
+    if definition.graph is not None:
+        # Step functions may register after the graph: its names are checked at each start.
+        validate_graph_functions(definition.graph, registry, name)
     if not isinstance(inline, bool):
         raise InvalidInput(f"inline must be True or False, not {inline!r}.")
     try:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import transaction
 from django.utils import timezone
@@ -19,6 +19,7 @@ from ..exceptions import (
     InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
+    ReplayDiverged,
     RunParked,
     StepFailed,
     StepFunctionNotDeployed,
@@ -72,25 +73,61 @@ class StepCall:
 
 
 def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
-    call = _resolve_call(rp, key, target, data, options)
+    return drive_call(rp, resolve_call(rp, key, target, data, options))
+
+
+def drive_call(rp: ReplayPass, call: StepCall) -> Any:
+    """Return the call's recorded result, or start its next attempt (in this process, on a
+    worker, as a child run) and drive it; raises StepFailed once it is exhausted, RunParked while
+    it must wait outside this pass. `wf.do` and the graph pass (a node instance) both use it."""
     step = rp.steps.get(call.key)
     if step is not None:
         _adopt_deployed_workflow(rp, step, call)
-        _check_same_step(step, call)
+        check_same_step(step, call)
     elif call.kind == StepKind.FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
     return _drive(rp, call, step)
 
 
-def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
+def named_call(
+    key: str, from_key: str | None, function_name: str, data: Any, policy: RetryPolicy
+) -> StepCall:
+    """The call of a step function or workflow by name (a graph node instance), resolved
+    against this process's registry; `data` already storable."""
+    kind, name, func, timeout_ms = _resolve_target(key, function_name, None)
+    return StepCall(key, from_key, kind, name, data, policy, None, timeout_ms, func)
+
+
+def leaves_the_pass(rp: ReplayPass, call: StepCall) -> bool:
+    """Whether the call's attempts leave the pass's own code path: a queued step function, run
+    in place or through the queue (decided without spending an in-place budget)."""
+    if not _queued_function(call.kind, call.function_name):
+        return False
+    if rp.inline_caller:
+        return call.timeout_ms is not None and not timeout_enforceable()
+    return True
+
+
+def queue_new_step(rp: ReplayPass, call: StepCall) -> NoReturn:
+    """Record the call's step pending and hand it to the queue, never in place, then park: the
+    steps of a fan-out run in parallel on workers, and the pass keeps its run lease for the next
+    (the single-statement dispatch of `drive_call` hands it back)."""
+    queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
+
+
+def adoptable(step: WorkflowStep, call: StepCall) -> bool:
     """A name that was unknown when the step was recorded (RPC_NOT_FOUND: pending, no attempt)
     may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
-    if (
+    return (
         step.status == StepStatus.PENDING
         and step.kind == StepKind.FUNCTION
         and call.kind == StepKind.CHILD
         and step.function_name == call.function_name
-    ):
+    )
+
+
+def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
+    if adoptable(step, call):
         record_kept(rp)
         pending = WorkflowStep.objects.filter(
             pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
@@ -99,9 +136,10 @@ def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall)
             step.kind = StepKind.CHILD
 
 
-def _resolve_call(
+def resolve_call(
     rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions
 ) -> StepCall:
+    """The call a `wf.do` reach makes, checked and keyed (its ordinal allocated)."""
     validate_step_key(key)
     policy = RetryPolicy.resolve(
         options.retries, options.retry_delay, pikku_settings.DEFAULT_STEP_RETRIES
@@ -155,11 +193,10 @@ def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None)
     step functions; every step of an inline run, except one whose timeout its caller cannot
     enforce), in place (a queued step's first attempt, reached by a pass on a worker of its
     cluster with budget left), or through the queue (everything else: its retries too)."""
-    if not _queued_function(call.kind, call.function_name):
+    if not leaves_the_pass(rp, call):
         return StepDispatch.INLINE
     if rp.inline_caller:
-        enforceable = call.timeout_ms is None or timeout_enforceable()
-        return StepDispatch.INLINE if enforceable else StepDispatch.QUEUED
+        return StepDispatch.QUEUED  # its timeout cannot be enforced in the caller
     first = step is None or step.status == StepStatus.PENDING
     definition = registry.get_step_function(call.function_name or "")
     if first and queued.runs_in_place(definition, call.timeout_ms):
@@ -167,13 +204,21 @@ def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None)
     return StepDispatch.QUEUED
 
 
-def _check_same_step(step: WorkflowStep, call: StepCall) -> None:
-    # Callables are compared by kind only: renaming a lambda must not break running runs.
-    same = step.kind == call.kind and (
+def same_step(step: WorkflowStep, call: StepCall) -> bool:
+    """Whether the call asks for what the step recorded: the same kind and function. Callables
+    are compared by kind only: renaming a lambda must not break running runs."""
+    return step.kind == call.kind and (
         call.kind == StepKind.CALLABLE or step.function_name == call.function_name
     )
-    if not same:
-        raise NonDeterministicReplay(call.key, step.function_name or step.kind, call.function_name)
+
+
+def check_same_step(step: WorkflowStep, call: StepCall) -> None:
+    """Stop the body (ReplayDiverged, which its `except Exception:` cannot swallow) when the
+    call asks for something else than the step recorded: replay goes on under new code for as
+    long as every recorded key asks for the same function."""
+    if not same_step(step, call):
+        recorded = step.function_name or step.kind
+        raise ReplayDiverged(NonDeterministicReplay(call.key, recorded, call.function_name))
 
 
 def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
@@ -290,12 +335,12 @@ def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) ->
     return step
 
 
-def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
-    """Run the `on_error` step function once, as its own durable step `<key>:onError`."""
+def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
+    """The `on_error` handler's call for the exhausted `step`, or None without one."""
     if not call.on_error:
-        return
+        return None
     definition = registry.step_functions.get(call.on_error)
-    handler = StepCall(
+    return StepCall(
         key=f"{call.key}:onError",
         from_key=call.key,
         kind=StepKind.FUNCTION,
@@ -304,9 +349,16 @@ def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
         policy=RetryPolicy(0, None),
         func=definition.func if definition else None,
     )
+
+
+def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
+    """Run the `on_error` step function once, as its own durable step `<key>:onError`."""
+    handler = compensation_call(call, step)
+    if handler is None:
+        return
     existing = rp.steps.get(handler.key)
     if existing is not None:
-        _check_same_step(existing, handler)
+        check_same_step(existing, handler)
     elif handler.func is None:
         suspend_missing_function(rp, handler)
     # The original error is what the body sees; the handler's own failure stays recorded.
@@ -324,13 +376,19 @@ def suspend_missing_function(rp: ReplayPass, call: StepCall) -> None:
     )
 
 
-def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None:
+def sleep_call(rp: ReplayPass, key: str, duration: int | str | timedelta) -> StepCall:
+    """The call a `wf.sleep` reach makes, checked and keyed."""
     validate_step_key(key)
     duration_ms = parse_duration(duration)
     physical, from_key = rp.allocate_key(key)
-    call = StepCall(
+    return StepCall(
         physical, from_key, StepKind.SLEEP, None, {"duration_ms": duration_ms}, RetryPolicy(0, None)
     )
+
+
+def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None:
+    call = sleep_call(rp, key, duration)
+    physical, duration_ms = call.key, call.data["duration_ms"]
     step = rp.steps.get(physical)
     if step is None:
         # The timer row is the arming: one write, so no crash can leave it half armed. An inline
@@ -338,7 +396,7 @@ def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None
         step = _create_step(rp, call, StepStatus.SCHEDULED, wake_in_ms=duration_ms)
         observe_timer(step, timedelta(milliseconds=duration_ms))
     else:
-        _check_same_step(step, call)
+        check_same_step(step, call)
     _finish_sleep(rp, step)
 
 
@@ -356,10 +414,15 @@ def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
             raise
 
 
-def run_suspend(rp: ReplayPass, reason: str) -> None:
+def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:
+    """The key a `wf.suspend` reach records its step under, and the key reached before it."""
     limit = KEY_MAX_LENGTH - len(SUSPEND_PREFIX)
     checked_text(reason, "A suspend reason", max_length=limit)
-    physical, from_key = rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
+    return rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
+
+
+def run_suspend(rp: ReplayPass, reason: str) -> None:
+    physical, from_key = suspend_key(rp, reason)
     step = rp.steps.get(physical)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return

@@ -162,7 +162,12 @@ def create_step_in_run(
 def _record_and_insert(after: UnrecordedSuccess, params: dict[str, Any]) -> tuple[Any, Any] | None:
     """Run `record_outcome_and_insert_step`: the new step's (lease, timer), or None when the run
     stopped running under the pass (the outcome is recorded all the same)."""
-    fields = {"result": after.result, "error": None, "attempt_limit": after.step.attempt_limit}
+    fields = {
+        "result": after.result,
+        "error": None,
+        "attempt_limit": after.step.attempt_limit,
+        "branch_taken": after.step.branch_taken,
+    }
     params |= _outcome_params(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
     row = _fetch_one("record_outcome_and_insert_step", params)
     assert row is not None, "the statement always answers one row"
@@ -293,6 +298,8 @@ def record_step_outcome(
         "result": result,
         "error": error,
         "attempt_limit": attempt_limit or step.attempt_limit,
+        # The branch the attempt chose (`ctx.branch`) counts only with its result.
+        "branch_taken": step.branch_taken if target == StepStatus.SUCCEEDED else None,
     }
     if not on_postgresql():
         timer = _clocked(None, wake_in_ms).get("wake_at")
@@ -347,6 +354,7 @@ def _outcome_params(
         "result": json_field.get_db_prep_save(fields["result"], connection),
         "error": json_field.get_db_prep_save(fields["error"], connection),
         "attempt_limit": fields["attempt_limit"],
+        "branch_taken": fields["branch_taken"],
         "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,
         **history_stamps(target, at or timezone.now()),
     }

@@ -72,12 +72,14 @@ SELECT lease.released, (SELECT count(*) FROM queue_message) AS messages FROM lea
 
 -- name: step_outcome_ctes
 -- (fragment) CTEs `moved` (the step %(outcome_step_id)s to %(outcome_status)s, fenced by its
--- attempt %(outcome_attempt)s and source statuses %(outcome_sources)s, a retry's timer on the
--- database clock) and `outcome_history` (that attempt's row, stamped).
+-- attempt %(outcome_attempt)s and source statuses %(outcome_sources)s, with the branch it
+-- chose, a retry's timer on the database clock) and `outcome_history` (that attempt's row,
+-- stamped).
 moved AS (
     UPDATE {step} SET status = %(outcome_status)s, result = %(outcome_result)s::jsonb,
         error = %(outcome_error)s::jsonb,
-        attempt_limit = %(outcome_attempt_limit)s::integer, lease_expires_at = NULL,
+        attempt_limit = %(outcome_attempt_limit)s::integer,
+        branch_taken = %(outcome_branch_taken)s, lease_expires_at = NULL,
         wake_at = clock_timestamp() + make_interval(secs => %(outcome_wake_in_seconds)s::float8),
         updated_at = clock_timestamp()
     WHERE id = %(outcome_step_id)s::uuid AND attempt = %(outcome_attempt)s::integer

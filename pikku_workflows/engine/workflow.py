@@ -17,6 +17,7 @@ from django.db import Error as DatabaseError
 
 from ..exceptions import PassAbandoned, WorkflowDispatchException
 from .attempts import record_kept
+from .patches import run_patched
 from .replay import ReplayPass
 from .steps import StepOptions, run_sleep, run_step, run_suspend
 
@@ -85,6 +86,20 @@ class Workflow:
         with engine_statements():
             record_kept(self._replay)
             self._replay.set_state(key, value)
+
+    def patched(self, patch_id: str) -> bool:
+        """True for a run that reaches this point on code that has the patch (a marker step is
+        recorded, so it stays True on every replay); False for a run whose history passed this
+        point before the patch existed: it keeps the old branch."""
+        with engine_statements():
+            return run_patched(self._replay, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """For the release that removes a patch's old branch (no run that needs it is left):
+        records the marker like `patched`, so workers still on the `patched` release agree,
+        and branches nothing."""
+        with engine_statements():
+            run_patched(self._replay, patch_id)
 
     @property
     def state(self) -> Mapping[str, Any]:

@@ -1,9 +1,10 @@
 """The demo shop's workflows: an order fulfilment with retries, a compensation, a child run,
-a durable timer and a manual-review suspend."""
+a durable timer and a manual-review suspend; and a customer onboarding graph."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pikku_workflows as pw
@@ -71,3 +72,62 @@ def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     shipment = wf.do("ship", "shop.ship", {"order_id": input["order_id"]})
     wf.set_state("stage", "shipped")
     return {"charge": charge["charge_id"], "invoice": bill["invoice_no"], **shipment}
+
+
+# --- Onboarding: a graph workflow, defined as data in onboarding.json --------------------------
+# A branch (route: vip or standard), a fan-out and its join (crm and billing, then route), a
+# for_each (invite, one team at a time) and an on_error node (alert_sales). An approval node
+# ("manager_ok" before account_manager) joins it once the approvals engine is part of the app:
+# until then the engine refuses graphs with approval nodes at start.
+
+
+class SignupRejected(Exception):
+    pass
+
+
+@pw.step_function("onboarding.validate")
+def validate_signup(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    if "@" not in data.get("email", ""):
+        raise SignupRejected(f"not an email address: {data.get('email')!r}")
+    return {
+        "user": {"name": data["name"], "email": data["email"]},
+        "plan": data.get("plan", "standard"),
+        "teams": data.get("teams", []),
+    }
+
+
+@pw.step_function("onboarding.create_crm_contact", inline=False)
+def create_crm_contact(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    # The invocation id is stable across attempts: a real CRM would dedupe on it.
+    return {"contact_id": f"crm_{ctx.invocation_id[:8]}"}
+
+
+@pw.step_function("onboarding.open_billing_account")
+def open_billing_account(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"account": f"acct_{ctx.invocation_id[:8]}", "plan": data["plan"]}
+
+
+@pw.step_function("onboarding.classify")
+def classify(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    tier = "vip" if data["plan"] == "enterprise" else "standard"
+    ctx.branch(tier)
+    ctx.set_state("tier", tier)
+    return {"tier": tier}
+
+
+@pw.step_function("onboarding.send_email")
+def send_email(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"sent_to": data["to"], "subject": data["subject"]}
+
+
+@pw.step_function("onboarding.invite_team")
+def invite_team(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"invited": data["team"], "by": data["by"]}
+
+
+@pw.step_function("onboarding.alert_sales")
+def alert_sales(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"alerted": True, "because": data["error"]["message"]}
+
+
+pw.graph_workflow_from_file(Path(__file__).with_name("onboarding.json"))

@@ -106,3 +106,34 @@ def pondering(wf: pw.Workflow, input: dict[str, Any]) -> list[int]:
         attempts.append(wf.do(f"p{i}", "e2e.tick", step, retries=3, retry_delay="100ms"))
         time.sleep(input["think"])  # deterministic work of the body: the same on every replay
     return [result["attempt"] for result in attempts]
+
+
+@pw.step_function("e2e.echo")
+def echo(data: Any, ctx: pw.StepContext) -> Any:
+    return data
+
+
+# A fan-out of two slow queued nodes (each works `seconds` on its first attempt: time to kill
+# the worker running them) and their join.
+_SLOW_NODE = {
+    "function": "e2e.slow",
+    "input": {
+        "log": {"$ref": "trigger", "path": "log"},
+        "seconds": {"$ref": "trigger", "path": "seconds"},
+    },
+    "retries": 2,
+    "retry_delay": "100ms",
+    "next": "join",
+}
+pw.graph_workflow(
+    "e2e.fan_out",
+    {
+        "entry": "start",
+        "nodes": {
+            "start": {"function": "e2e.echo", "next": ["left", "right"]},
+            "left": _SLOW_NODE,
+            "right": _SLOW_NODE,
+            "join": {"function": "e2e.echo"},
+        },
+    },
+)

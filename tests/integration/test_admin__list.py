@@ -261,9 +261,9 @@ def test_list__query_count_does_not_grow_with_runs(admin_client, django_assert_m
     few = count_queries()
     few_filtered = count_queries(waiting_on="timer", stuck="any")
     build(40)
-    # session, user, filtered count, total count, the workflow filter's choices, the page,
-    # the page's unfinished steps, the summary
-    with django_assert_max_num_queries(8):
+    # session, user, filtered count, total count, the workflow filter's choices, the version
+    # filter's counts, the page, the page's unfinished steps, the summary
+    with django_assert_max_num_queries(9):
         response = admin_client.get(CHANGELIST)
     assert len(response.context["cl"].result_list) == 54
     assert count_queries() == few

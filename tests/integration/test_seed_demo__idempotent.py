@@ -9,7 +9,7 @@ from django.contrib.auth import authenticate, get_user_model
 from django.core.management import CommandError, call_command
 
 from pikku_workflows.models import WorkflowRun
-from project.demo.management.commands.seed_demo import DEMO_ORDERS
+from project.demo.management.commands.seed_demo import DEMO_ORDERS, DEMO_SIGNUPS
 from project.demo.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -44,6 +44,10 @@ def test_seed_demo__creates_superuser_orders_and_their_runs_once(settings):
     }
     assert set(runs.values_list("started_by__username", flat=True)) == {"admin"}
     assert set(runs.values_list("status", flat=True)) == {"running"}
+    # One onboarding graph run per demo signup, not repeated either.
+    onboarding = WorkflowRun.objects.filter(workflow="onboarding")
+    assert onboarding.count() == len(DEMO_SIGNUPS)
+    assert all(run.graph_hash for run in onboarding)
 
 
 def test_seed_demo__keeps_a_changed_password(settings):

@@ -21,6 +21,11 @@ DEMO_ORDERS: tuple[tuple[str, Decimal, dict[str, Any]], ...] = (
     ("Barbara Liskov", Decimal("250.00"), {"needs_review": True}),  # suspended: resume it
     ("Edsger Dijkstra", Decimal("7.00"), {"work_seconds": 30}),  # slow: kill the worker now
 )
+# Each demo signup's onboarding graph takes another branch of `route`.
+DEMO_SIGNUPS: tuple[dict[str, Any], ...] = (
+    {"name": "Katherine Johnson", "email": "katherine@example.com", "plan": "enterprise"},
+    {"name": "Linus Torvalds", "email": "linus@example.com", "teams": ["kernel", "git"]},
+)
 
 
 class Command(BaseCommand):
@@ -55,6 +60,9 @@ class Command(BaseCommand):
             f"Demo orders: {created} created, {len(DEMO_ORDERS) - created} already there; "
             "their fulfilment runs are queued for the worker."
         )
+        for number, signup in enumerate(DEMO_SIGNUPS, start=1):
+            _start_onboarding(number, signup, admin)
+        self.stdout.write(f"Demo signups: {len(DEMO_SIGNUPS)} onboarding graph runs queued.")
         self.stdout.write(
             self.style.SUCCESS(
                 f"Admin login: username {ADMIN_USERNAME!r}, password {ADMIN_PASSWORD!r}"
@@ -73,4 +81,13 @@ def _start_fulfilment(order: Order, scenario: dict[str, Any], started_by: Any) -
         idempotency_key=f"demo-order-{order.pk}",
         started_by=started_by,
         subject=order,
+    )
+
+
+def _start_onboarding(number: int, signup: dict[str, Any], started_by: Any) -> None:
+    """Queue a signup's onboarding graph run (once, like the orders)."""
+    import pikku_workflows as pw
+
+    pw.start_workflow(
+        "onboarding", signup, idempotency_key=f"demo-signup-{number}", started_by=started_by
     )
