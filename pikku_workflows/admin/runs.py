@@ -24,6 +24,7 @@ from ..engine.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .actions import RunOperationsAdmin
+from .approvals import APPROVALS_CSS, AwaitingApprovalFilter
 from .display import (
     ADMIN_CSS,
     EMPTY,
@@ -159,6 +160,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
         "status",
         "workflow",
         WaitingOnFilter,
+        AwaitingApprovalFilter,
         RetryingFilter,
         StuckFilter,
         ("created_at", StartedFilter),
@@ -173,7 +175,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
     readonly_fields = RUN_SUMMARY_FIELDS + RUN_DATA_FIELDS + RUN_ENGINE_FIELDS
 
     class Media:
-        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS, APPROVALS_CSS)}
 
     def get_fieldsets(self, request: HttpRequest, obj: WorkflowRun | None = None) -> Any:
         """The run page leaves out summary fields that say nothing about this run."""
