@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -15,6 +15,7 @@ from django.db import connection
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowApproval, WorkflowRun, WorkflowStep
+from pikku_workflows.querysets import DatabaseNow
 from tests.faults import database_now
 from tests.queue import drain_queue
 
@@ -74,15 +75,21 @@ def finished(run_id: Any) -> WorkflowRun:
 def past_deadline(approval: WorkflowApproval, seconds: float = 1) -> None:
     """Move the approval's recorded deadline (and its step's timer) `seconds` into the past of
     the database clock."""
-    deadline = database_now() - timedelta(seconds=seconds)
+    deadline = database_clock() - timedelta(seconds=seconds)
     WorkflowApproval.objects.filter(pk=approval.pk).update(expires_at=deadline)
     WorkflowStep.objects.filter(pk=approval.step_id).update(wake_at=deadline)
 
 
 def due_reminder(approval: WorkflowApproval) -> None:
     WorkflowApproval.objects.filter(pk=approval.pk).update(
-        remind_at=database_now() - timedelta(seconds=1)
+        remind_at=database_clock() - timedelta(seconds=1)
     )
+
+
+def database_clock() -> datetime:
+    """The database's clock now, on any database (`tests.faults.database_now` is PostgreSQL's)."""
+    now = WorkflowRun.objects.annotate(now=DatabaseNow()).values_list("now", flat=True)[:1]
+    return next(iter(now)) if now else database_now()
 
 
 @contextmanager
