@@ -184,6 +184,27 @@ def test_signal_sent_while_its_wait_is_created__is_never_lost(attempt):
     assert step.result == attempt
 
 
+def test_signal__waits_for_a_pass_holding_the_run_while_it_creates_a_wait():
+    # The pass creates a wait under FOR NO KEY UPDATE of the run (lock_running_run_txn): a
+    # signal sent meanwhile waits for that commit, then finds the wait (never misses it).
+    @pw.workflow("races.held")
+    def held(wf, input):
+        return wf.wait_for_signal("go", "go")
+
+    run_id = pw.start_workflow("races.held", {})
+    run_table = WorkflowRun._meta.db_table
+    lock = f"SELECT 1 FROM {run_table} WHERE id = %s FOR NO KEY UPDATE"
+
+    with HeldRowLock(lock, [run_id]) as holder:
+        sender = Contender(lambda: pw.send_signal(run_id, "go", "late"))
+        wait_until(lambda: is_waiting_on_a_lock(sender.pid), what="the signal to wait")
+        holder.release()
+        sender.join()
+
+    assert sender.error is None, sender.error
+    assert finished(run_id).output == "late"
+
+
 def test_cancel_racing_a_decision__one_consistent_story():
     people = deciders(3)
     register_gate(approvers=["group:board"])
