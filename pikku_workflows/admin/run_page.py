@@ -13,8 +13,8 @@ from django.utils.html import format_html
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import StepStatus
-from .approvals import run_approvals_context
 from .display import EMPTY, format_duration, pretty_error, pretty_json, run_link, status_badge
+from .run_approvals import run_approvals_context
 from .timeline import build_chart
 
 if TYPE_CHECKING:

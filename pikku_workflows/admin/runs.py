@@ -24,7 +24,7 @@ from ..engine.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .actions import RunOperationsAdmin
-from .approvals import APPROVALS_CSS, AwaitingApprovalFilter
+from .approvals import APPROVALS_CSS
 from .display import (
     ADMIN_CSS,
     EMPTY,
@@ -40,6 +40,7 @@ from .display import (
 )
 from .filters import RetryingFilter, StartedFilter, StuckFilter, WaitingOnFilter
 from .records import ReadOnlyAdminMixin
+from .run_approvals import AwaitingApprovalFilter
 from .run_page import run_page_context
 
 # What the list and the run page read of a step to say what the run waits on.

@@ -12,7 +12,7 @@ register = template.Library()
 
 @register.inclusion_tag("admin/pikku_workflows/includes/pending_approvals.html", takes_context=True)
 def pending_approvals(context: dict[str, Any]) -> dict[str, Any]:
-    from ..admin.approvals import pending_approvals_for  # the admin imports models
+    from ..admin.run_approvals import pending_approvals_for  # the admin imports models
 
     request = context.get("request")
     if request is None:
