@@ -357,6 +357,8 @@ def announce(signal: Signal, approval: WorkflowApproval, **extra: Any) -> None:
 
 
 def _send(signal: Signal, approval: WorkflowApproval, extra: dict[str, Any]) -> None:
+    if not signal.has_listeners(WorkflowApproval):
+        return  # nobody listens: no need to ask who may decide
     try:
         deciders = list(eligible_deciders(approval)) if approval.is_pending else []
         responses = signal.send_robust(
