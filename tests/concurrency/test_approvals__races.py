@@ -103,14 +103,14 @@ def test_25_concurrent_deciders__a_quorum_of_five_counts_five_and_settles_once()
     assert len(output["users"]) == 5 and output["decided_by"] == output["users"][-1]
 
 
-@pytest.mark.parametrize("attempt", range(4))
-def test_decision_racing_the_deadline_and_the_timer__ends_one_way(attempt):
+@pytest.mark.parametrize("ahead_ms", [0, 20, 40, 80, 300])
+def test_decision_racing_the_deadline_and_the_timer__ends_one_way(ahead_ms):
     boss = person("boss")
     register_gate(expires_in="1h")
     run_id = start()
     approval = approval_of(run_id)
-    # The deadline lands while the contenders run: a few milliseconds ahead.
-    deadline = database_now() + timedelta(milliseconds=5 * attempt)
+    # The deadline lands while the contenders run (from "already" to "after the decision").
+    deadline = database_now() + timedelta(milliseconds=ahead_ms)
     WorkflowApproval.objects.filter(pk=approval.pk).update(expires_at=deadline)
     WorkflowStep.objects.filter(pk=approval.step_id).update(wake_at=deadline)
 
@@ -119,7 +119,11 @@ def test_decision_racing_the_deadline_and_the_timer__ends_one_way(attempt):
             if fire_due_timers() or not WorkflowApproval.objects.get(pk=approval.pk).is_pending:
                 return "fired"
 
-    decision, _ = race([lambda _: pw.decide_approval(approval.pk, approve=True, by=boss), timer])
+    decision, ticked = race(
+        [lambda _: pw.decide_approval(approval.pk, approve=True, by=boss), timer]
+    )
+
+    assert ticked == "fired", ticked
 
     approval.refresh_from_db()
     step = WorkflowStep.objects.get(pk=approval.step_id)
