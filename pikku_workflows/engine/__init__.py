@@ -30,7 +30,8 @@ Map (each module imports only those listed below it; none imports one above):
 - `replay`: one pass's view of a run: its steps read once, ordinals, state.
 - `run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
 - `leases`: run and step leases on the database clock, and the heartbeat that renews them.
-- `transitions`: every status change of runs and steps (`transitions.sql` on PostgreSQL).
+- `transitions`: every status change of runs, steps and approvals (`transitions.sql` on
+  PostgreSQL).
 - `claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `tables`: the quoted table and column names the statements use.
 

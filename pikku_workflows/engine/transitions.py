@@ -1,5 +1,5 @@
-"""Every status change of runs and steps: one guarded write, plus the step's history row, per
-move. The hot paths of a step (create it, claim it, record its outcome) are one named statement
+"""Every status change of runs, steps and approvals: one guarded write, plus the step's history
+row, per move. The hot paths of a step (create it, claim it, record its outcome) are one named statement
 each on PostgreSQL (`transitions.sql`, composing the run locks of `claims.sql`); elsewhere, and
 for the rarer moves, the ORM in one short transaction.
 
