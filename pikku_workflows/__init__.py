@@ -9,8 +9,17 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .approval_policy import ApprovalOutcome
+from .approval_signals import (
+    approval_decided,
+    approval_expired,
+    approval_reminder,
+    approval_requested,
+)
 from .exceptions import (
+    ApprovalExpired,
     ApprovalForbidden,
+    ApprovalNotFound,
     ApprovalResolved,
     IdempotencyConflict,
     InvalidInput,
@@ -50,6 +59,10 @@ _LAZY = {
     "reconstruct_run_state": "pikku_workflows.engine.reads",
     "get_run_status": "pikku_workflows.engine.reads",
     "recover": "pikku_workflows.engine.recovery",
+    "decide_approval": "pikku_workflows.engine.approvals",
+    "reassign_approval": "pikku_workflows.engine.approvals",
+    "get_approval": "pikku_workflows.engine.approval_reads",
+    "send_signal": "pikku_workflows.engine.signals",
 }
 
 
@@ -62,7 +75,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ApprovalExpired",
     "ApprovalForbidden",
+    "ApprovalNotFound",
+    "ApprovalOutcome",
     "ApprovalResolved",
     "IdempotencyConflict",
     "InvalidInput",
@@ -83,17 +99,25 @@ __all__ = [
     "WorkflowDispatchException",
     "WorkflowError",
     "WorkflowNotFound",
+    "approval_decided",
+    "approval_expired",
+    "approval_reminder",
+    "approval_requested",
     "cancel_run",
+    "decide_approval",
     "fork_run",
+    "get_approval",
     "get_run_status",
     "get_run_timeline",
     "graph_workflow",
     "graph_workflow_from_file",
+    "reassign_approval",
     "reconstruct_run_state",
     "recover",
     "resume_run",
     "retry_run",
     "run_to_completion",
+    "send_signal",
     "start_workflow",
     "step_function",
     "suspend_run",

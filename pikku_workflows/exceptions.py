@@ -59,10 +59,12 @@ class InvalidTransition(WorkflowError):
 
     code = "INVALID_TRANSITION"
 
-    def __init__(self, what: str, current: str | None, target: str) -> None:
+    def __init__(
+        self, what: str, current: str | None, target: str, *, message: str | None = None
+    ) -> None:
         self.current = current
         self.target = target
-        super().__init__(f"Cannot move {what} from {current!r} to {target!r}.")
+        super().__init__(message or f"Cannot move {what} from {current!r} to {target!r}.")
 
 
 class _RunEnded(WorkflowError):
@@ -161,10 +163,43 @@ class NonDeterministicReplay(WorkflowError):
         )
 
 
+class InvalidDecisionData(InvalidInput):
+    """The decision's data does not satisfy the approval's form."""
+
+    def __init__(self, form: str, field_errors: dict[str, list[str]]) -> None:
+        # `field_errors`: {field name (or "__all__"): [messages]}, as a Django form reports them.
+        self.form = form
+        self.field_errors = field_errors
+        super().__init__(
+            problems=[
+                f"{field}: {message}"
+                for field, messages in field_errors.items()
+                for message in messages
+            ]
+        )
+
+
+class ApprovalNotFound(WorkflowError):
+    """No approval has that id."""
+
+    code = "APPROVAL_NOT_FOUND"
+
+    def __init__(self, approval_id: object) -> None:
+        self.approval_id = approval_id
+        super().__init__(f"No approval has the id {approval_id!s}.")
+
+
 class ApprovalResolved(WorkflowError):
     """The approval was already decided."""
 
     code = "APPROVAL_RESOLVED"
+
+    def __init__(
+        self, message: str | None = None, *, approval_id: object = None, status: str | None = None
+    ) -> None:
+        self.approval_id = approval_id
+        self.status = status
+        super().__init__(message)
 
 
 class ApprovalForbidden(WorkflowError):
@@ -172,11 +207,38 @@ class ApprovalForbidden(WorkflowError):
 
     code = "APPROVAL_FORBIDDEN"
 
+    def __init__(
+        self, message: str | None = None, *, approval_id: object = None, reason: str | None = None
+    ) -> None:
+        self.approval_id = approval_id
+        self.reason = reason
+        super().__init__(message)
+
+
+class ApprovalExpired(WorkflowError):
+    """Nobody decided the approval before its deadline, and it was set to fail the run."""
+
+    code = "APPROVAL_EXPIRED"
+
+    def __init__(self, step_key: str, approval_id: object = None) -> None:
+        self.step_key = step_key
+        self.approval_id = approval_id
+        super().__init__(
+            f"Approval {step_key!r} expired before anyone decided it (on_expire='fail')."
+        )
+
 
 class SignalTimeout(WorkflowError):
     """No signal arrived before the timeout."""
 
     code = "SIGNAL_TIMEOUT"
+
+    def __init__(
+        self, message: str | None = None, *, step_key: str | None = None, signal: str | None = None
+    ) -> None:
+        self.step_key = step_key
+        self.signal = signal
+        super().__init__(message)
 
 
 class WorkflowDispatchException(WorkflowError):

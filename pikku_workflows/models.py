@@ -1,4 +1,5 @@
-"""Runs, steps, per-attempt step history, workflow versions and the operator audit trail."""
+"""Runs, steps, per-attempt step history, workflow versions, the operator audit trail,
+approvals with their decisions, and the signals sent to runs."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .querysets import WorkflowRunQuerySet, WorkflowStepQuerySet
-from .status import TERMINAL_RUN_STATUSES, RunStatus, StepDispatch, StepKind, StepStatus
+from .approval_policy import ApprovalPolicy, OnExpire
+from .querysets import WorkflowApprovalQuerySet, WorkflowRunQuerySet, WorkflowStepQuerySet
+from .status import (
+    TERMINAL_RUN_STATUSES,
+    ApprovalStatus,
+    RunStatus,
+    StepDispatch,
+    StepKind,
+    StepStatus,
+)
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 
 
@@ -259,3 +268,144 @@ class WorkflowAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.run_id}"
+
+
+class WorkflowApproval(models.Model):
+    """A person's decision a run waits for (`wf.approval`): one per attempt of its step.
+
+    Its id is derived from the step and attempt (`approval_policy.approval_id_for`). `expires_at`
+    is the recorded deadline (the step's `wake_at` arms it); `remind_at` the next reminder.
+    `requesters` are the ids of the users four eyes keep out (who started, forked or retried it).
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="approvals")
+    # No index of its own: unique (step, attempt) serves lookups by step.
+    step = models.ForeignKey(
+        WorkflowStep, on_delete=models.CASCADE, related_name="approvals", db_index=False
+    )
+    attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    approvers = models.JSONField(default=list, blank=True)
+    policy = models.CharField(
+        max_length=16, choices=ApprovalPolicy.choices, default=ApprovalPolicy.ANY
+    )
+    quorum = models.PositiveIntegerField(null=True, blank=True)
+    exclude_requester = models.BooleanField(default=False)
+    requesters = models.JSONField(default=list, blank=True)
+    expires_in_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    on_expire = models.CharField(max_length=16, choices=OnExpire.choices, default=OnExpire.REJECT)
+    escalate_to = models.JSONField(default=list, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    remind_every_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminders_sent = models.PositiveIntegerField(default=0)
+    form = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    request_data = models.JSONField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkflowApprovalQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            _choice_check("pikku_approval_status_valid", ApprovalStatus),
+            _choice_check("pikku_approval_policy_valid", ApprovalPolicy, field="policy"),
+            _choice_check("pikku_approval_on_expire_valid", OnExpire, field="on_expire"),
+            models.UniqueConstraint(fields=["step", "attempt"], name="pikku_approval_step_attempt"),
+        ]
+        indexes = [
+            # The inbox: pending first, newest first.
+            models.Index(fields=["status", "created_at"], name="pikku_approval_status_created"),
+            # The timer loop sends due reminders of pending approvals.
+            models.Index(
+                fields=["remind_at"],
+                name="pikku_approval_remind_at",
+                condition=Q(status="pending", remind_at__isnull=False),
+            ),
+        ]
+        permissions = [
+            ("decide_workflowapproval", "Can decide workflow approvals"),
+            ("reassign_workflowapproval", "Can reassign workflow approvals"),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.step_id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == ApprovalStatus.PENDING
+
+
+class WorkflowApprovalDecision(models.Model):
+    """One person's decision on an approval (one per person); `matched` are the approver
+    entries they matched when they decided, which the `all` policy counts."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: unique (approval, user) serves lookups by approval.
+    approval = models.ForeignKey(
+        WorkflowApproval, on_delete=models.CASCADE, related_name="decisions", db_index=False
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept with the decision: the audit must still name a user who was deleted since.
+    username = models.CharField(max_length=KEY_MAX_LENGTH)
+    approve = models.BooleanField()
+    comment = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    matched = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "user"], name="pikku_approval_decision_user"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} {'approved' if self.approve else 'rejected'}"
+
+
+class WorkflowSignal(models.Model):
+    """An external event sent to a run (`pw.send_signal`), kept until the first wait for its
+    name consumes it; consumed signals stay, for the record."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: (run, name, id) serves lookups by run.
+    run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, related_name="signals", db_index=False
+    )
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
+    payload = models.JSONField(null=True, blank=True)
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    consumed_by_step = models.ForeignKey(
+        WorkflowStep, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # Delivery reads a run's unconsumed signals of one name, oldest first.
+            models.Index(fields=["run", "name", "id"], name="pikku_signal_run_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"signal {self.name} to {self.run_id}"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import models
 from django.db.models.functions import Now
 
-from .status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from .status import TERMINAL_RUN_STATUSES, ApprovalStatus, RunStatus, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from django.db.models.sql.compiler import SQLCompiler
@@ -213,6 +213,14 @@ class WorkflowStepQuerySet(models.QuerySet):
         """Steps parked on a child run."""
         return self.filter(status=StepStatus.WAITING, child_run__isnull=False)
 
+    def awaiting_approval(self) -> WorkflowStepQuerySet:
+        """Steps parked on an approval (`wf.approval`) nobody has settled yet."""
+        return self.filter(status=StepStatus.WAITING, kind=StepKind.APPROVAL)
+
+    def awaiting_signal(self) -> WorkflowStepQuerySet:
+        """Steps parked on a signal (`wf.wait_for_signal`) that has not come yet."""
+        return self.filter(status=StepStatus.WAITING, kind=StepKind.SIGNAL)
+
     def due(self) -> WorkflowStepQuerySet:
         """Timers that have come: sleeps (scheduled) and retry backoffs (failed)."""
         return self.filter(
@@ -226,4 +234,27 @@ class WorkflowStepQuerySet(models.QuerySet):
             status__in=[StepStatus.PENDING, StepStatus.SCHEDULED],
             wake_at__isnull=True,
             updated_at__lt=before,
+        )
+
+
+class WorkflowApprovalQuerySet(models.QuerySet):
+    def pending(self) -> WorkflowApprovalQuerySet:
+        """Approvals nobody has settled yet, of runs that have not ended."""
+        return self.filter(status=ApprovalStatus.PENDING).exclude(
+            run__status__in=TERMINAL_RUN_STATUSES
+        )
+
+    def overdue(self) -> WorkflowApprovalQuerySet:
+        """Pending approvals whose deadline passed by the database clock (expiry not yet
+        recorded: the timer loop or the next decision records it)."""
+        return self.pending().filter(expires_at__lte=DatabaseNow())
+
+    def reminder_due(self) -> WorkflowApprovalQuerySet:
+        """Pending approvals of running runs whose next reminder is due (not those past their
+        deadline: their expiry is due instead)."""
+        return self.filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=DatabaseNow()),
+            status=ApprovalStatus.PENDING,
+            run__status=RunStatus.RUNNING,
+            remind_at__lte=DatabaseNow(),
         )

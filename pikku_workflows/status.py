@@ -1,5 +1,5 @@
-"""Run and step statuses, step kinds, the table of allowed status changes and the history
-timestamp each status stamps (pure: no queries)."""
+"""Run, step and approval statuses, step kinds, the tables of allowed status changes and the
+history timestamp each step status stamps (pure: no queries)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class StepStatus(models.TextChoices):
 
 class StepKind(models.TextChoices):
     """What a step row records: a step function call, an inline callable, a child run, a timer,
-    a suspension asked for by the body, or a patch marker (`wf.patched`: the run reached the
-    patch on code that has it)."""
+    a suspension asked for by the body, an approval, a wait for a signal, or a patch marker
+    (`wf.patched`: the run reached the patch on code that has it)."""
 
     FUNCTION = "function", "Step function"
     CALLABLE = "callable", "Callable"
@@ -34,6 +34,8 @@ class StepKind(models.TextChoices):
     SLEEP = "sleep", "Sleep"
     SUSPEND = "suspend", "Suspend"
     PATCH = "patch", "Patch marker"
+    APPROVAL = "approval", "Approval"
+    SIGNAL = "signal", "Signal"
 
 
 class StepDispatch(models.TextChoices):
@@ -42,6 +44,15 @@ class StepDispatch(models.TextChoices):
     INLINE = "inline", "In the pass"  # an in-process step, or any step of an inline run
     IN_PLACE = "in_place", "In place on a worker"  # a queued step the worker's pass ran itself
     QUEUED = "queued", "Through the queue"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    # Its run was cancelled before anyone decided.
+    CANCELLED = "cancelled", "Cancelled"
 
 
 # The history row's column that records when an attempt reached each status.
@@ -85,6 +96,23 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+# An approval is decided once: only a pending one moves, and nothing moves back.
+APPROVAL_TRANSITIONS: dict[str, frozenset[str]] = {
+    ApprovalStatus.PENDING: frozenset(
+        {
+            ApprovalStatus.APPROVED,
+            ApprovalStatus.REJECTED,
+            ApprovalStatus.EXPIRED,
+            ApprovalStatus.CANCELLED,
+        }
+    ),
+    ApprovalStatus.APPROVED: frozenset(),
+    ApprovalStatus.REJECTED: frozenset(),
+    ApprovalStatus.EXPIRED: frozenset(),
+    ApprovalStatus.CANCELLED: frozenset(),
+}
+
+
 def run_can_move(current: str, target: str) -> bool:
     return target in RUN_TRANSITIONS.get(current, frozenset())
 
@@ -101,3 +129,8 @@ def run_sources(target: str) -> frozenset[str]:
 def step_sources(target: str) -> frozenset[str]:
     """The statuses a step may move to `target` from."""
     return frozenset(s for s, targets in STEP_TRANSITIONS.items() if target in targets)
+
+
+def approval_sources(target: str) -> frozenset[str]:
+    """The statuses an approval may move to `target` from."""
+    return frozenset(s for s, targets in APPROVAL_TRANSITIONS.items() if target in targets)

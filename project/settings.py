@@ -132,6 +132,13 @@ PIKKU_WORKFLOWS: dict[str, Any] = {
     "MODULES": [m for m in os.environ.get("PIKKU_EXTRA_WORKFLOW_MODULES", "").split(",") if m],
 }
 
+# The demo e-mails managers when an order waits for their approval; the console shows the mail.
+EMAIL_BACKEND = os.environ.get(
+    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+)
+DEFAULT_FROM_EMAIL = "pikku-demo@example.com"
+DEMO_SITE_URL = os.environ.get("DEMO_SITE_URL", "http://127.0.0.1:8000")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,5 +1,5 @@
-"""The pikku_workflows admin: runs (list, run page, operator actions), versions, the audit log,
-and `WorkflowRunInline` for a host model's own admin.
+"""The pikku_workflows admin: runs (list, run page, operator actions), the approvals inbox,
+versions, the audit log, and `WorkflowRunInline` for a host model's own admin.
 
 Only the engine writes runs and steps: nothing here can add, edit or delete them, and operator
 actions call the engine's operations.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..querysets import run_id_query
 from .actions import OPERATIONS, Operation, RunOperationsAdmin
+from .approvals import WorkflowApprovalAdmin
 from .display import format_duration
 from .records import (
     ReadOnlyAdminMixin,
@@ -23,6 +24,7 @@ __all__ = [
     "Operation",
     "ReadOnlyAdminMixin",
     "RunOperationsAdmin",
+    "WorkflowApprovalAdmin",
     "WorkflowAuditEntryAdmin",
     "WorkflowRunAdmin",
     "WorkflowRunInline",

@@ -154,6 +154,8 @@ def describe_waiting(
         detail = waiting.get("reason") or ""
     elif kind == "signal":
         detail = waiting.get("signal") or ""
+    elif kind == "approval" and waiting.get("until"):
+        detail = format_html("due {}", format_moment(waiting["until"], now))
     step_key = waiting.get("step_key")
     return format_html(
         '<span class="pikku-wait pikku-wait-{}">{}</span>{}{}',

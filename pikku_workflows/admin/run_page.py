@@ -14,6 +14,7 @@ from django.utils.html import format_html
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import StepStatus
 from .display import EMPTY, format_duration, pretty_error, pretty_json, run_link, status_badge
+from .run_approvals import run_approvals_context
 from .timeline import build_chart
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ ATTEMPT_TIMES = ("created", "scheduled", "running", "waiting", "succeeded", "fai
 def run_page_context(
     model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun
 ) -> dict[str, Any]:
-    """Three queries: the steps, their attempts, the audit trail (with its users)."""
+    """Three queries: the steps, their attempts, the audit trail (with its users); and the
+    run's approvals with their decisions."""
     steps = list(
         WorkflowStep.objects.filter(run=run)
         .order_by("created_at", "step_key")
@@ -47,6 +49,7 @@ def run_page_context(
         ],
         "timeline": _timeline(run, steps, audit),
         "audit_trail": [_audit_row(site, entry) for entry in audit],
+        **run_approvals_context(site, request, run),
     }
 
 

@@ -25,6 +25,7 @@ from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
 from .actions import RunOperationsAdmin
+from .approvals import APPROVALS_CSS
 from .display import (
     ADMIN_CSS,
     EMPTY,
@@ -39,6 +40,7 @@ from .display import (
 )
 from .filters import RetryingFilter, StartedFilter, StuckFilter, VersionFilter, WaitingOnFilter
 from .records import ReadOnlyAdminMixin
+from .run_approvals import AwaitingApprovalFilter
 from .run_page import run_page_context
 from .versions import run_graph, run_version
 
@@ -162,6 +164,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
         "status",
         "workflow",
         WaitingOnFilter,
+        AwaitingApprovalFilter,
         RetryingFilter,
         StuckFilter,
         VersionFilter,
@@ -177,7 +180,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
     readonly_fields = RUN_SUMMARY_FIELDS + RUN_DATA_FIELDS + RUN_ENGINE_FIELDS
 
     class Media:
-        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS, APPROVALS_CSS)}
 
     def get_fieldsets(self, request: HttpRequest, obj: WorkflowRun | None = None) -> Any:
         """The run page leaves out summary fields that say nothing about this run."""

@@ -1,7 +1,10 @@
 """Every row lock the engine takes: on PostgreSQL the run-guard fragments of `claims.sql` that
 the transitions' statements compose in; here the locks of one known step (a worker's or a
-pass's claim of a new attempt), of a running run (its other writers wait), and the timer loop's
-batch of due timers. `claims.sql` states the lock order that keeps them from deadlocking.
+pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
+batches of due timers and due reminders, an approval being decided, and a run receiving a
+signal. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+run wherever a transaction waits for both, and a step before its approval (the timer loop
+holds a due step when it reads its approval, so deciders take the step first too).
 
 Locks live only as long as the short transaction that takes them; user code runs after the
 commit. Lapses and due times are judged on the database clock, in the locking read itself.
@@ -16,10 +19,10 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from ..exceptions import RunInterrupted
-from ..models import WorkflowRun, WorkflowStep
+from ..models import WorkflowApproval, WorkflowRun, WorkflowStep
 from ..querysets import DatabaseNow
 from ..sql import Statements
-from ..status import RunStatus
+from ..status import ApprovalStatus, RunStatus
 from .tables import engine_names
 
 STATEMENTS = Statements(Path(__file__).with_name("claims.sql"), names=engine_names)
@@ -101,3 +104,62 @@ def lock_due_timers_txn(limit: int) -> list[WorkflowStep]:
         .select_for_update(skip_locked=True, of=("self",))
         .order_by("wake_at")[:limit]
     )
+
+
+def lock_approval_txn(approval_id: Any) -> WorkflowApproval | None:
+    """Inside a transaction: the approval (with its run and step read), its step row locked and
+    then its own row, annotated with `deadline_passed` on the database clock; None when there is
+    no such approval. Deciders, reassigners and the timer loop all settle an approval through
+    this lock, so concurrent decisions are applied one after the other."""
+    assert transaction.get_connection().in_atomic_block
+    step_id = WorkflowApproval.objects.filter(pk=approval_id).values_list("step_id", flat=True)
+    step_rows = WorkflowStep.objects.select_for_update(no_key=True, of=("self",))
+    if not list(step_rows.filter(pk__in=step_id).values_list("pk", flat=True)):
+        return None
+    return (
+        WorkflowApproval.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("run", "step")
+        .annotate(
+            deadline_passed=ExpressionWrapper(
+                Q(expires_at__lte=DatabaseNow()), output_field=BooleanField()
+            )
+        )
+        .filter(pk=approval_id)
+        .first()
+    )
+
+
+def lock_pending_approvals_txn(run_id: Any) -> list[Any]:
+    """Inside a transaction: the ids of the run's pending approvals, their rows locked (a
+    cancel closes them; a decision committing meanwhile is waited for, then seen)."""
+    assert transaction.get_connection().in_atomic_block
+    pending = WorkflowApproval.objects.select_for_update(no_key=True, of=("self",)).filter(
+        run_id=run_id, status=ApprovalStatus.PENDING
+    )
+    return list(pending.order_by("created_at").values_list("pk", flat=True))
+
+
+def lock_due_reminders_txn(limit: int) -> list[WorkflowApproval]:
+    """Inside a transaction: up to `limit` pending approvals of running runs whose reminder is
+    due by the database clock, oldest due first, skipping rows another transaction holds."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowApproval.objects.reminder_due()
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("remind_at")[:limit]
+    )
+
+
+def lock_run_for_signals_txn(run_id: Any) -> str | None:
+    """Inside a transaction: the run's status, its row held FOR NO KEY UPDATE (what a pass that
+    creates a step also takes: a signal sent while the wait for it is being created is applied
+    after, and finds the wait); None when there is no such run."""
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(pk=run_id)
+    return runs.values_list("status", flat=True).first()
+
+
+def deadline_passed(approval: WorkflowApproval) -> bool:
+    """Whether the approval's deadline had passed by the database clock when
+    `lock_approval_txn` read it (the guarded write that settles it judges it again)."""
+    return bool(getattr(approval, "deadline_passed", False))

@@ -37,7 +37,12 @@ from .reads import get_run_status, run_pk
 from .run_rows import create_run_row
 from .runs import checked_user
 from .timers import dispatch_woken
-from .transitions import create_step_txn, move_run, move_step_txn
+from .transitions import (
+    cancel_pending_approvals_txn,
+    create_step_txn,
+    move_run,
+    move_step_txn,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +248,7 @@ def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any
     error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
     # Its steps before the run row (the lock order of claims.sql); a refused move rolls back.
     disarmed = _disarm_timers_txn(pk)
+    closed = cancel_pending_approvals_txn(pk)
     move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
     cancelled = _cancel_children_txn(pk, reason, by)
     _audit(
@@ -254,6 +260,7 @@ def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any
         reason,
         disarmed_timers=disarmed,
         cancelled_children=cancelled,
+        **({"cancelled_approvals": closed} if closed else {}),
         **payload,
     )
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..status import StepKind, StepStatus
 from ..validation import KEY_MAX_LENGTH, checked_text
+from .attempts import create_next_step
 from .replay import ReplayPass
-from .transitions import create_step_in_run
 
 PATCH_PREFIX = "__patch:"
 HANDLER_SUFFIX = ":onError"
@@ -57,9 +57,8 @@ def history_ahead(rp: ReplayPass) -> bool:
 
 def _record_marker(rp: ReplayPass, key: str, patch_id: str) -> None:
     marker = {"patch": patch_id}
-    rp.steps[key] = create_step_in_run(
-        rp.run.pk,
-        rp.holder,
+    rp.steps[key] = create_next_step(
+        rp,
         key,
         status=StepStatus.SUCCEEDED,
         kind=StepKind.PATCH,

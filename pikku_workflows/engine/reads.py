@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import F, Prefetch
 
+from ..approval_policy import approval_id_for
 from ..exceptions import RunNotFound
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
@@ -97,6 +98,8 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
     if step.status == StepStatus.WAITING and step.child_run_id:
         return {"kind": "child", "child_run_id": str(step.child_run_id)}
+    if step.status == StepStatus.WAITING and step.kind in (StepKind.APPROVAL, StepKind.SIGNAL):
+        return _parked_wait(step)
     if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == StepKind.SLEEP:
         return {"kind": "timer", "until": step.wake_at.isoformat()}
     if step.status == StepStatus.FAILED and step.wake_at and step.attempt < step.attempt_limit:
@@ -108,6 +111,21 @@ def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
     if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
         return {"kind": "step"}
     return None
+
+
+def _parked_wait(step: WorkflowStep) -> dict[str, Any]:
+    """An approval (its id follows from the step) or a signal; `until` is the step's timer: the
+    approval's deadline, the signal's timeout."""
+    wait: dict[str, Any]
+    if step.kind == StepKind.APPROVAL:
+        wait = {"kind": "approval", "approval_id": str(approval_id_for(step.pk, step.attempt))}
+    else:
+        wait = {"kind": "signal"}
+        if "data" not in step.get_deferred_fields():  # the admin list leaves step data out
+            wait["signal"] = (step.data or {}).get("signal")
+    if step.wake_at:
+        wait["until"] = step.wake_at.isoformat()
+    return wait
 
 
 HISTORY_COLUMNS = ("attempt", "status", "result", "error", *HISTORY_TIMESTAMP.values())

@@ -1,8 +1,10 @@
-"""Firing due timers: sleeps end, retry backoffs end; the work they wait for is dispatched."""
+"""Firing due timers: sleeps end, retry backoffs end, approval deadlines and signal timeouts
+pass, reminders are sent; the work they wait for is dispatched."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -13,43 +15,61 @@ from ..exceptions import WorkflowDispatchException
 from ..models import WorkflowStep
 from ..querysets import DatabaseNow
 from ..registry import registry
-from ..status import StepStatus
+from ..status import StepKind, StepStatus
+from .approval_rows import fire_approval_timer_txn, send_due_reminders
 from .claims import lock_due_timers_txn
+from .signal_rows import time_out_wait_txn
 from .transitions import move_step_txn
 
 logger = logging.getLogger(__name__)
 
 
 def fire_due_timers(limit: int | None = None) -> int:
-    """One tick of the timer loop; returns how many timers fired."""
-    due = claim_due_timers(limit or pikku_settings.RECOVERY_BATCH)
+    """One tick of the timer loop; returns how many timers fired (reminders included)."""
+    batch = limit or pikku_settings.RECOVERY_BATCH
+    due = claim_due_timers(batch)
     for step in due:
         try:
             dispatch_woken(step.run_id, step.step_key, step.function_name)
         except WorkflowDispatchException:
             # The row says what is due; recovery relays it once the queue is back.
             logger.warning("pikku_workflows: woken step %s not dispatched", step.step_key)
-    return len(due)
+    return len(due) + send_due_reminders(batch)
 
 
 def claim_due_timers(limit: int) -> list[WorkflowStep]:
-    """Take due timer rows (sleeps, retry backoffs) of running runs, skipping rows others hold.
+    """Take due timer rows (sleeps, retry backoffs, approval deadlines, signal timeouts) of
+    running runs, skipping rows others hold; returns those whose run should now take a pass.
 
     A due sleep is completed here; a due retry only loses its `wake_at` (it stays failed with
-    attempts left, which the pass or the step worker turns into a new attempt).
+    attempts left, which the pass or the step worker turns into a new attempt); a due approval
+    or signal wait is settled by its deadline (an escalated approval waits on, for no pass).
     """
     with transaction.atomic():
         due = lock_due_timers_txn(limit)
+        woken = []
         for step in due:
             if step.status == StepStatus.SCHEDULED:
                 move_step_txn(
                     step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None
                 )
+            elif step.status == StepStatus.WAITING and step.kind in WAIT_DEADLINES:
+                if not WAIT_DEADLINES[step.kind](step):
+                    continue
             else:
                 WorkflowStep.objects.filter(pk=step.pk).update(
                     wake_at=None, updated_at=DatabaseNow()
                 )
-    return due
+            woken.append(step)
+    return woken
+
+
+# What a waiting step's timer means, by kind: each settles the step if it is still waiting
+# (True: it did) inside the timer loop's transaction.
+WAIT_DEADLINES: dict[str, Callable[[WorkflowStep], bool]] = {
+    StepKind.APPROVAL: fire_approval_timer_txn,
+    StepKind.SIGNAL: time_out_wait_txn,
+}
 
 
 def dispatch_woken(run_id: Any, step_key: str, function_name: str | None) -> None:

@@ -1,5 +1,5 @@
-"""Every status change of runs and steps: one guarded write, plus the step's history row, per
-move. The hot paths of a step (create it, claim it, record its outcome) are one named statement
+"""Every status change of runs, steps and approvals: one guarded write, plus the step's history
+row, per move. The hot paths of a step (create it, claim it, record its outcome) are one named statement
 each on PostgreSQL (`transitions.sql`, composing the run locks of `claims.sql`); elsewhere, and
 for the rarer moves, the ORM in one short transaction.
 
@@ -19,25 +19,27 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..dispatch import QueueMessage, queue_fragments
 from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
-from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..models import WorkflowApproval, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..querysets import DatabaseNow, database_in
 from ..sql import Statements
 from ..status import (
     HISTORY_TIMESTAMP,
     TERMINAL_RUN_STATUSES,
+    ApprovalStatus,
     RunStatus,
     StepDispatch,
     StepStatus,
+    approval_sources,
     run_sources,
     step_sources,
 )
-from .claims import lock_running_run_txn
+from .claims import lock_pending_approvals_txn, lock_running_run_txn
 from .tables import engine_names
 
 STATEMENTS = Statements(
@@ -479,3 +481,47 @@ def _raise_refused(step: WorkflowStep, target: str) -> None:
     if current["attempt"] != step.attempt:
         raise StepSuperseded(step.step_key, step.attempt)
     raise InvalidTransition(f"step {step.step_key!r}", current["status"], target)
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+
+def move_approval_txn(
+    approval: WorkflowApproval,
+    target: str,
+    *,
+    expected: Iterable[str] | None = None,
+    before_deadline: bool = False,
+    **fields: Any,
+) -> bool:
+    """Inside a transaction: settle `approval` as `target` if its status is one of `expected`
+    (default: every legal source, i.e. pending), and with `before_deadline` only while its
+    deadline has not passed by the database clock at this write (a decision wins only if it is
+    recorded before the deadline). False, with nothing written, when the guard refuses.
+    Expression values (the database clock) are read back into `approval`."""
+    assert transaction.get_connection().in_atomic_block
+    sources = checked_sources("approval", target, approval_sources(target), expected)
+    guarded = WorkflowApproval.objects.filter(pk=approval.pk, status__in=sources)
+    if before_deadline:
+        guarded = guarded.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=DatabaseNow()))
+    if not guarded.update(status=target, updated_at=DatabaseNow(), **fields):
+        return False
+    approval.status = target
+    computed = [name for name, value in fields.items() if hasattr(value, "resolve_expression")]
+    for name, value in fields.items():
+        if name not in computed:
+            setattr(approval, name, value)
+    if computed:
+        approval.refresh_from_db(fields=computed)
+    return True
+
+
+def cancel_pending_approvals_txn(run_id: Any) -> list[str]:
+    """Inside a transaction: close the run's pending approvals as cancelled (the run is being
+    cancelled: nobody may decide them now); returns their ids."""
+    assert transaction.get_connection().in_atomic_block
+    ids = lock_pending_approvals_txn(run_id)
+    WorkflowApproval.objects.filter(pk__in=ids).update(
+        status=ApprovalStatus.CANCELLED, remind_at=None, updated_at=DatabaseNow()
+    )
+    return [str(pk) for pk in ids]

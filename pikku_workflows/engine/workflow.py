@@ -15,10 +15,13 @@ from typing import Any
 
 from django.db import Error as DatabaseError
 
+from ..approval_policy import ApprovalOutcome
 from ..exceptions import PassAbandoned, WorkflowDispatchException
+from .approval_steps import run_approval
 from .attempts import record_kept
 from .patches import run_patched
 from .replay import ReplayPass
+from .signal_steps import run_wait_for_signal
 from .steps import StepOptions, run_sleep, run_step, run_suspend
 
 
@@ -80,6 +83,56 @@ class Workflow:
         """Suspend the run until someone resumes it; a resumed run walks past this point."""
         with engine_statements():
             run_suspend(self._replay, reason)
+
+    def approval(
+        self,
+        key: str,
+        *,
+        approvers: list[str] | None = None,
+        policy: str = "any",
+        quorum: int | None = None,
+        exclude_requester: bool = False,
+        expires_in: int | str | timedelta | None = None,
+        on_expire: str = "reject",
+        escalate_to: list[str] | None = None,
+        remind_every: int | str | timedelta | None = None,
+        form: Any = None,
+        summary: str = "",
+        data: Any = None,
+    ) -> ApprovalOutcome:
+        """Wait for people to decide (README "Approvals"): the run parks until the policy is
+        satisfied or the deadline passes, then this returns the outcome on every replay.
+
+        `approvers`: usernames, "group:<name>", "perm:<app_label.codename>" (none: anyone
+        holding `pikku_workflows.decide_workflowapproval`); `policy`: "any", "all" or "quorum"
+        (`quorum=N`); `exclude_requester`: four eyes; `on_expire`: "reject", "approve", "fail"
+        (raises `ApprovalExpired` here) or "escalate" (to `escalate_to`); `form`: a Form class
+        or dotted path validating the decider's data; `summary` and `data`: what they decide on.
+        """
+        options = {
+            "approvers": approvers,
+            "policy": policy,
+            "quorum": quorum,
+            "exclude_requester": exclude_requester,
+            "expires_in": expires_in,
+            "on_expire": on_expire,
+            "escalate_to": escalate_to,
+            "remind_every": remind_every,
+            "form": form,
+            "summary": summary,
+            "data": data,
+        }
+        with engine_statements():
+            return run_approval(self._replay, key, options)
+
+    def wait_for_signal(
+        self, key: str, name: str, *, timeout: int | str | timedelta | None = None
+    ) -> Any:
+        """Wait for `pw.send_signal(run_id, name, payload)` and return the payload; a signal sent
+        before this point was kept and is taken at once. After `timeout` raises `SignalTimeout`,
+        which the body may catch."""
+        with engine_statements():
+            return run_wait_for_signal(self._replay, key, name, timeout)
 
     def set_state(self, key: str, value: Any) -> None:
         """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""

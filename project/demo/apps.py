@@ -13,3 +13,6 @@ class DemoConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the project's system checks
+        from .notifications import connect
+
+        connect()  # managers get an e-mail when an order waits for their approval

@@ -1,5 +1,6 @@
-"""The demo shop's workflows: an order fulfilment with retries, a compensation, a child run,
-a durable timer and a manual-review suspend; and a customer onboarding graph."""
+"""The demo shop's workflows: an order fulfilment with a manager's approval above a threshold,
+retries, a compensation, a child run, a durable timer and a manual-review suspend; and a
+customer onboarding graph."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Any
 
 import pikku_workflows as pw
 
+# Orders above this amount wait for a manager's approval before the card is charged.
+APPROVAL_THRESHOLD = 500
+
 
 class PaymentDeclined(Exception):
     pass
@@ -17,6 +21,11 @@ class PaymentDeclined(Exception):
 @pw.step_function("shop.reserve_stock")
 def reserve_stock(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
     return {"reserved": data["items"], "reservation": ctx.invocation_id}
+
+
+@pw.step_function("shop.release_stock")
+def release_stock(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    return {"released": data["items"]}
 
 
 @pw.step_function("shop.charge_card", inline=False, timeout="2m")
@@ -49,14 +58,34 @@ def invoice(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     return wf.do("render", "shop.render_invoice", input)
 
 
-@pw.workflow("order_fulfilment", planned_steps=["reserve", "charge", "invoice", "cool-off", "ship"])
+@pw.workflow(
+    "order_fulfilment",
+    planned_steps=["reserve", "manager-approval", "charge", "invoice", "cool-off", "ship"],
+)
 def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     wf.do("reserve", "shop.reserve_stock", {"items": input["items"]})
+    amount = input["amount"]
+    if amount > APPROVAL_THRESHOLD:
+        decision = wf.approval(
+            "manager-approval",
+            approvers=["group:managers"],
+            exclude_requester=True,  # four eyes: whoever placed the order cannot approve it
+            expires_in=input.get("approval_expires_in", "2d"),
+            on_expire="reject",
+            remind_every="1d",
+            form="project.demo.forms.ManagerDecision",
+            summary=f"Order #{input['order_id']} for {amount:.2f} needs a manager's approval",
+            data={"order_id": input["order_id"], "amount": amount, "items": input["items"]},
+        )
+        if not decision.approved:
+            wf.do("release", "shop.release_stock", {"items": input["items"]})
+            return {"status": decision.status, "by": decision.decided_by, "why": decision.comment}
+        amount = round(amount * (100 - (decision.data.get("discount_percent") or 0)) / 100, 2)
     charge = wf.do(
         "charge",
         "shop.charge_card",
         {
-            "amount": input["amount"],
+            "amount": amount,
             "declines": input.get("declines", 0),
             "work_seconds": input.get("work_seconds", 0),
         },
@@ -65,7 +94,7 @@ def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
         on_error="shop.refund",
     )
     wf.set_state("stage", "charged")
-    bill = wf.do("invoice", "invoice", {"order_id": input["order_id"], "amount": input["amount"]})
+    bill = wf.do("invoice", "invoice", {"order_id": input["order_id"], "amount": amount})
     wf.sleep("cool-off", input.get("cool_off", "3s"))
     if input.get("needs_review"):
         wf.suspend("manual review")

@@ -137,3 +137,26 @@ pw.graph_workflow(
         },
     },
 )
+
+
+@pw.workflow("e2e.approved_count")
+def approved_count(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Waits for an approval, then counts on a worker as far as it says."""
+    decision = wf.approval(
+        "go", summary="count on?", expires_in=input.get("expires_in"), **input.get("options", {})
+    )
+    if not decision.approved:
+        return {"status": decision.status, "value": input["value"]}
+    result = wf.do("add", "e2e.add", {"value": input["value"]})
+    return {"status": decision.status, "by": decision.decided_by, "value": result["value"]}
+
+
+@pw.workflow("e2e.signalled")
+def signalled(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Waits for `go`, then for `never` (which times out)."""
+    go = wf.wait_for_signal("go", "go")
+    try:
+        wf.wait_for_signal("never", "never", timeout="1s")
+    except pw.SignalTimeout as exc:
+        return {"go": go, "never": exc.code}
+    return {"go": go, "never": "came"}

@@ -1,4 +1,6 @@
-"""`manage.py seed_demo`: the demo's superuser (admin/admin) and a few orders; safe to run again."""
+"""`manage.py seed_demo`: the demo's superuser (admin/admin), a manager (manager/manager), a
+clerk who places orders, and a few orders; one of them waits for a manager's approval in the
+inbox. Safe to run again."""
 
 from __future__ import annotations
 
@@ -7,12 +9,21 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from project.demo.models import Order
+from project.demo.workflows import APPROVAL_THRESHOLD
 
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "admin"
+MANAGER_USERNAME = "manager"
+MANAGER_PASSWORD = "manager"
+# Places the large order: four eyes keep them from approving it themselves.
+CLERK_USERNAME = "clerk"
+MANAGERS_GROUP = "managers"
+# What a manager may do in the admin: see runs and approvals, and decide them.
+MANAGER_PERMISSIONS = ("view_workflowrun", "view_workflowapproval", "decide_workflowapproval")
 # Each demo order's fulfilment shows one behaviour in the admin.
 DEMO_ORDERS: tuple[tuple[str, Decimal, dict[str, Any]], ...] = (
     ("Ada Lovelace", Decimal("42.00"), {}),  # runs straight through
@@ -20,6 +31,8 @@ DEMO_ORDERS: tuple[tuple[str, Decimal, dict[str, Any]], ...] = (
     ("Alan Turing", Decimal("12.00"), {"declines": 9, "charge_retries": 1}),  # fails, refunds
     ("Barbara Liskov", Decimal("250.00"), {"needs_review": True}),  # suspended: resume it
     ("Edsger Dijkstra", Decimal("7.00"), {"work_seconds": 30}),  # slow: kill the worker now
+    # Above APPROVAL_THRESHOLD: waits for a manager in the approvals inbox (placed by the clerk).
+    ("Margaret Hamilton", Decimal("1200.00"), {}),
 )
 # Each demo signup's onboarding graph takes another branch of `route`.
 DEMO_SIGNUPS: tuple[dict[str, Any], ...] = (
@@ -49,16 +62,18 @@ class Command(BaseCommand):
             )
             self.stdout.write(self.style.SUCCESS(f"Created superuser {ADMIN_USERNAME!r}."))
         admin = user_model._default_manager.get(username=ADMIN_USERNAME)
+        clerk = _seed_approvers(admin)
         created = 0
         for customer, amount, scenario in DEMO_ORDERS:
             order, was_created = Order.objects.get_or_create(
                 customer=customer, defaults={"amount": amount}
             )
             created += was_created
-            _start_fulfilment(order, scenario, admin)
+            _start_fulfilment(order, scenario, admin, clerk)
         self.stdout.write(
             f"Demo orders: {created} created, {len(DEMO_ORDERS) - created} already there; "
-            "their fulfilment runs are queued for the worker."
+            "their fulfilment runs are queued for the worker (the large order waits for a "
+            "manager in the approvals inbox)."
         )
         for number, signup in enumerate(DEMO_SIGNUPS, start=1):
             _start_onboarding(number, signup, admin)
@@ -69,17 +84,49 @@ class Command(BaseCommand):
                 " (unless you changed it)."
             )
         )
+        self.stdout.write(
+            f"Managers ({ADMIN_USERNAME!r}, and {MANAGER_USERNAME!r} with password "
+            f"{MANAGER_PASSWORD!r}) approve orders above {APPROVAL_THRESHOLD} in the approvals "
+            "inbox."
+        )
 
 
-def _start_fulfilment(order: Order, scenario: dict[str, Any], started_by: Any) -> None:
-    """Queue the order's fulfilment run (once: the idempotency key makes a re-seed a no-op)."""
+def _seed_approvers(admin: Any) -> Any:
+    """The managers group (admin and the manager in it) and the clerk; returns the clerk."""
+    user_model = get_user_model()
+    managers, _ = Group.objects.get_or_create(name=MANAGERS_GROUP)
+    managers.permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="pikku_workflows", codename__in=MANAGER_PERMISSIONS
+        )
+    )
+    manager = user_model._default_manager.filter(username=MANAGER_USERNAME).first()
+    if manager is None:
+        manager = user_model._default_manager.create_user(
+            MANAGER_USERNAME, "manager@example.com", MANAGER_PASSWORD, is_staff=True
+        )
+    clerk = user_model._default_manager.filter(username=CLERK_USERNAME).first()
+    if clerk is None:
+        clerk = user_model._default_manager.create_user(CLERK_USERNAME, "clerk@example.com")
+    managers.user_set.add(admin, manager)
+    return clerk
+
+
+def _start_fulfilment(order: Order, scenario: dict[str, Any], admin: Any, clerk: Any) -> None:
+    """Start the order's fulfilment run (once: the idempotency key makes a re-seed a no-op).
+
+    Runs are queued for the worker, except a large order: the clerk places it and its first
+    pass runs here, so the approval it waits for is in the inbox before any worker starts.
+    """
     import pikku_workflows as pw
 
+    large = order.amount > APPROVAL_THRESHOLD
     pw.start_workflow(
         "order_fulfilment",
         {"order_id": order.pk, "items": ["book"], "amount": float(order.amount), **scenario},
+        inline=large,
         idempotency_key=f"demo-order-{order.pk}",
-        started_by=started_by,
+        started_by=clerk if large else admin,
         subject=order,
     )
 

@@ -1,0 +1,75 @@
+"""What `wf.approval` does during a replay: the first reach opens the approval and parks its
+step (`waiting`; the run stays running); every later reach returns the recorded outcome once
+decisions or the deadline settled it. A replay never opens a second approval for the same
+attempt, nor reopens a settled one: it only reads the step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ..approval_forms import form_path
+from ..approval_policy import ApprovalOutcome, ApprovalRequest, approval_id_for, checked_request
+from ..exceptions import ApprovalExpired, InvalidTransition, NonDeterministicReplay, RunParked
+from ..models import WorkflowStep
+from ..querysets import database_in
+from ..registry import validate_step_key
+from ..status import StepKind, StepStatus
+from .approval_rows import open_approval_txn
+from .attempts import record_kept
+from .claims import lock_running_run_txn
+from .replay import ReplayPass
+from .transitions import create_step_txn, move_step_txn
+
+
+def run_approval(rp: ReplayPass, key: str, options: dict[str, Any]) -> ApprovalOutcome:
+    validate_step_key(key)
+    request = checked_request(form=form_path(options.pop("form", None)), **options)
+    physical, from_key = rp.allocate_key(key)
+    step = rp.steps.get(physical)
+    if step is not None and step.kind != StepKind.APPROVAL:
+        raise NonDeterministicReplay(physical, step.function_name or step.kind, StepKind.APPROVAL)
+    if step is None or step.status == StepStatus.PENDING:
+        # First reach, or a new attempt after retry_run re-armed an expired one.
+        step = _open(rp, physical, from_key, request, step)
+    if step.status == StepStatus.SUCCEEDED:
+        return ApprovalOutcome.from_result(step.result or {})
+    if step.status == StepStatus.FAILED:
+        # Expired with on_expire="fail": the body may catch it, else the run fails with it.
+        raise ApprovalExpired(physical, approval_id_for(step.pk, step.attempt))
+    raise RunParked(physical)
+
+
+def _open(
+    rp: ReplayPass,
+    key: str,
+    from_key: str | None,
+    request: ApprovalRequest,
+    step: WorkflowStep | None,
+) -> WorkflowStep:
+    """Park the step and open its approval in one commit (a crash can leave neither half);
+    the step's timer is the deadline, on the database clock."""
+    record_kept(rp)
+    with transaction.atomic():
+        lock_running_run_txn(rp.run.pk, rp.holder)
+        if step is None:
+            step = create_step_txn(
+                rp.run.pk,
+                key,
+                status=StepStatus.WAITING,
+                kind=StepKind.APPROVAL,
+                from_step_key=from_key,
+                retries=0,
+                attempt_limit=1,
+                wake_in_ms=request.expires_in_ms,
+            )
+        else:
+            deadline = database_in(request.expires_in_ms / 1000) if request.expires_in_ms else None
+            if not move_step_txn(
+                step, StepStatus.WAITING, expected=[StepStatus.PENDING], wake_at=deadline
+            ):
+                raise InvalidTransition(f"step {key!r}", step.status, StepStatus.WAITING)
+        open_approval_txn(rp.run, step, request)
+    rp.steps[key] = step
+    return step
