@@ -283,16 +283,23 @@ def _create_step(rp: ReplayPass, call: StepCall, status: str, **clock: Any) -> W
 
 
 def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
-    """Run the `on_error` step function once, as its own durable step `<key>:onError`."""
+    """Run the `on_error` step function once, as its own durable step `<key>:onError`, with the
+    failed step's input and error: a refund can name the charge it refunds."""
     if not call.on_error:
         return
     definition = registry.step_functions.get(call.on_error)
+    error = step.error or {}
     handler = StepCall(
         key=f"{call.key}:onError",
         from_key=call.key,
         kind=StepKind.FUNCTION,
         function_name=call.on_error,
-        data={"error": {"message": (step.error or {}).get("message", "")}},
+        data={
+            "data": step.data,
+            "error": {key: error.get(key, "") for key in ("code", "message", "type")},
+            "step_key": call.key,
+            "attempt": step.attempt,
+        },
         policy=RetryPolicy(0, None),
         func=definition.func if definition else None,
     )
