@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
+from .. import events
 from ..dispatch import enqueue_orchestration
 from ..exceptions import (
     InvalidInput,
@@ -235,12 +236,14 @@ def _audit(
         reason=reason,
         payload={"status_before": before, "status_after": after, **payload},
     )
+    events.announce_operator_action(pk, action, by, reason, before, after)
 
 
 def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
     """Cancel one run and, depth first, its live children; every run gets its own audit row."""
     error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
     move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
+    events.announce_run_finished(pk, RunStatus.CANCELLED, error)
     disarmed = _disarm_timers_txn(pk)
     cancelled = _cancel_children_txn(pk, reason, by)
     _audit(

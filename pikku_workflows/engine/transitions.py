@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from .. import events
 from ..conf import pikku_settings
 from ..dispatch import QueueMessage, queue_fragments
 from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
@@ -282,6 +283,8 @@ def record_step_outcome(
     step.status, step.lease_expires_at, step.wake_at = target, None, wake_at
     for name, value in fields.items():
         setattr(step, name, value)
+    if target == StepStatus.FAILED:
+        events.announce_attempt_failed(step)
     return leased
 
 
@@ -376,6 +379,8 @@ def move_step_txn(
         _stamp_attempt_txn(step, target, outcome)
     step.status = target
     _apply(step, fields)
+    if target == StepStatus.FAILED:
+        events.announce_attempt_failed(step)
     return True
 
 
