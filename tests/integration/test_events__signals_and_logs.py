@@ -16,7 +16,7 @@ from django.test import override_settings
 import pikku_workflows as pw
 from pikku_workflows import events
 from pikku_workflows.models import WorkflowRun
-from tests.queue import drain_queue
+from pikku_workflows.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,7 +231,7 @@ def test_events__a_failed_attempt_on_a_worker_warns_too(received, caplog):
         return wf.do("charge", "events.queued_flaky", retries=1, retry_delay=60_000)
 
     run_id = pw.start_workflow("events.queued")
-    drain_queue()
+    drain(run_id)
     assert attempts == [1]
     (retrying,) = [kwargs for name, kwargs in received if name == "step_retrying"]
     assert (retrying["run_id"], retrying["step_key"], retrying["attempt"]) == (run_id, "charge", 1)

@@ -18,7 +18,8 @@ from pikku_workflows.models import (
     WorkflowStepHistory,
 )
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.queue import drain_queue, queued_tasks
+from pikku_workflows.testing import drain
+from tests.queue import queued_tasks
 from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -90,7 +91,7 @@ def test_fork_run__from_a_middle_step_reuses_earlier_results_and_reruns_the_rest
     assert _steps(fork_id) == [("extract", StepStatus.SUCCEEDED, True)]
     assert queued_tasks() == [(ORCHESTRATE, (fork_id,))]
 
-    drain_queue()
+    drain()
 
     assert pipeline.calls[3:] == ["transform", "publish"]
     fork = load_run(fork_id)
@@ -149,7 +150,7 @@ def test_fork_run__of_a_failed_run_redoes_the_broken_step_after_the_fix(pipeline
     pipeline.broken = False
 
     fork_id = pw.fork_run(source_id, from_step="publish")
-    drain_queue()
+    drain()
 
     assert pipeline.calls == ["extract", "transform", "publish", "publish"]
     assert load_run(fork_id).status == RunStatus.COMPLETED
@@ -160,7 +161,7 @@ def test_fork_run__from_the_first_step_reruns_everything(pipeline):
     source_id = pw.start_workflow("fork.etl", {"source": "s3://e"}, inline=True)
 
     fork_id = pw.fork_run(source_id, from_step="extract")
-    drain_queue()
+    drain()
 
     assert pipeline.calls == ["extract", "transform", "publish"] * 2
     assert not WorkflowStep.objects.filter(run_id=fork_id, copied=True).exists()
@@ -184,7 +185,7 @@ def test_fork_run__earlier_steps_that_did_not_succeed_run_again():
     source_id = pw.start_workflow("fork.tolerant", {}, inline=True)
 
     fork_id = pw.fork_run(source_id, from_step="last")
-    drain_queue()
+    drain()
 
     assert calls == ["optional", "main", "last", "optional", "last"]
     assert _steps(fork_id) == [
