@@ -111,7 +111,8 @@ def announce_operator_action(
     (when the admin is installed and a user acted), and an INFO line after the commit."""
     run_id = str(run_id)
     who = by.get_username() if by is not None else "system"
-    change = f"({before} → {after})" if after and after != before else f"({before})"
+    change = f"({before} → {after})" if before and after and after != before else ""
+    change = change or f"({before or after})"
     why = f": {reason}" if reason else ""
     if by is not None and apps.is_installed("django.contrib.admin"):
         _write_log_entry(run_id, by, f"{action} {change}{why}")

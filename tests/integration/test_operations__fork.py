@@ -139,7 +139,16 @@ def test_fork_run__audit_row_goes_on_the_source_run(pipeline, ops):
         "from_step": "transform",
         "copied_steps": ["extract"],
     }
-    assert not WorkflowAuditEntry.objects.filter(run_id=fork_id).exists()
+    # ... and one on the new run, naming its source: both run pages tell the story.
+    forked = WorkflowAuditEntry.objects.get(run_id=fork_id)
+    assert (forked.action, forked.user, forked.reason) == ("fork", ops, "redo")
+    assert forked.payload == {
+        "status_before": "",
+        "status_after": "running",
+        "forked_from": source_id,
+        "from_step": "transform",
+        "copied_steps": ["extract"],
+    }
     assert load_run(source_id).status == RunStatus.COMPLETED
 
 
