@@ -22,6 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     "ORCHESTRATOR_QUEUE": None,
     "MAX_PAYLOAD_BYTES": 10_000_000,
+    "WORKER_HEARTBEAT_SECONDS": 10,
     # The site's address (e.g. "https://ops.example.com"): log lines link to run pages under it.
     "ADMIN_BASE_URL": None,
 }
