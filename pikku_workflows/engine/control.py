@@ -356,7 +356,8 @@ def split_for_fork(steps: Sequence[tuple[str, str]], from_step: str) -> tuple[li
         raise InvalidInput(f"There is no step {from_step!r} to fork from; the steps are {keys}.")
     before = keys.index(from_step)
     reused = [key for key, status in steps[:before] if status == StepStatus.SUCCEEDED]
-    return reused, [key for key in keys if key not in reused]
+    kept = set(reused)
+    return reused, [key for key in keys if key not in kept]
 
 
 def _steps_before(pk: uuid.UUID, from_step: Any) -> list[WorkflowStep]:
