@@ -1,5 +1,6 @@
 """`pikku_worker --reload`: run the worker as a child process and start it again whenever a Python
-file it loaded changes, as `runserver` does (Django's autoreloader finds and watches the files).
+file it loaded changes, as `runserver` does (Django's autoreloader finds and watches the files),
+or at once when it is killed; one that exits with an error waits for the next change.
 
 Without it a worker keeps running the code it started with: an edited `workflows.py` would
 silently go on running the old body.
@@ -62,14 +63,17 @@ class Supervisor:
                     self.stop_child()
                     self.start()
                     exited_reported = False
-                elif (
-                    not exited_reported and self.child is not None and self.child.poll() is not None
-                ):
-                    self.say(
-                        f"the worker exited with {self.child.returncode}; "
-                        "it starts again when a watched file changes"
-                    )
-                    exited_reported = True
+                elif self.child is not None and (code := self.child.poll()) is not None:
+                    if code < 0 and not self.stopping:
+                        # Killed (an OOM killer, a `kill -9` to see recovery at work): back up.
+                        self.say(f"the worker was killed (signal {-code}): starting it again")
+                        self.start()
+                    elif not exited_reported:
+                        self.say(
+                            f"the worker exited with {code}; "
+                            "it starts again when a watched file changes"
+                        )
+                        exited_reported = True
         finally:
             autoreload.file_changed.disconnect(self._file_changed)
             self.stop_child()

@@ -5,6 +5,7 @@ pid, cluster, heartbeat, steps in flight) that its timer loop refreshes and a cl
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -93,9 +94,16 @@ def test_worker__reload_restarts_the_worker_when_its_code_changes(start_worker, 
 
         second = pw.start_workflow("reload.probe")
         assert wait_until(lambda: completed_output(second), 15, "the second run") == "v2"
+
+        # Killed outright (kill -9 of the pid the Workers page shows): it comes back by itself.
+        child = wait_until(lambda: WorkflowWorker.objects.first(), 10, "the worker's row")
+        os.kill(child.pid, signal.SIGKILL)
+        wait_until(lambda: "the worker was killed (signal 9)" in worker.log(), 10, "the news")
+        wait_until(lambda: worker.log().count("pikku_worker: cluster") == 3, 20, "a new worker")
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("reload_probe", None)
     worker.stop()
     assert "pikku_worker: stopped" in worker.log()
-    assert not WorkflowWorker.objects.exists()
+    # The stopped one removed its row; the killed one's stays, to go stale on the Workers page.
+    assert list(WorkflowWorker.objects.values_list("pid", flat=True)) == [child.pid]
