@@ -21,11 +21,16 @@ from .display import format_duration
 
 MIN_SPAN = timedelta(milliseconds=1)
 TICKS = 4
+# Ticks closer than this (percent) would print over each other.
+TICK_ROOM = 8.0
 # An idle stretch becomes a break when it is this long and takes this share of the run's span;
 # each break is drawn this many percent wide.
-BREAK_AT_LEAST = timedelta(minutes=1)
-BREAK_SHARE = 0.25
+BREAK_AT_LEAST = timedelta(seconds=5)
+BREAK_SHARE = 0.4
 BREAK_WIDTH = 4.0
+# On a broken axis, each busy stretch gets at least this share of the room left: a few
+# milliseconds before a break are as readable as the minutes after it.
+MIN_BUSY_SHARE = 0.2
 # (timestamp field, the phase that starts there), in lifecycle order.
 PHASE_STARTS = (
     (HISTORY_TIMESTAMP[StepStatus.PENDING], "queued"),
@@ -138,17 +143,18 @@ class _Scale:
             cursor = b
         if self.end > cursor or not stretches:
             stretches.append((cursor, self.end, False))
+        if all(quiet for *_, quiet in stretches):
+            # Nothing but waiting (a run asleep since it started): nothing to keep readable.
+            return [_Piece(self.start, self.end, 0.0, 100.0, False)]
         active = sum((b - a for a, b, quiet in stretches if not quiet), timedelta(0))
-        room = 100.0 - BREAK_WIDTH * len(idle)
-        active_count = sum(1 for *_, quiet in stretches if not quiet)
+        shares = [
+            0.0 if quiet else max((b - a) / active if active else 1.0, MIN_BUSY_SHARE)
+            for a, b, quiet in stretches
+        ]
+        room = (100.0 - BREAK_WIDTH * len(idle)) / sum(shares)
         pieces, left = [], 0.0
-        for a, b, quiet in stretches:
-            if quiet:
-                width = BREAK_WIDTH
-            elif active > timedelta(0):
-                width = room * ((b - a) / active)
-            else:
-                width = room / max(active_count, 1)
+        for (a, b, quiet), share in zip(stretches, shares, strict=True):
+            width = BREAK_WIDTH if quiet else room * share
             pieces.append(_Piece(a, b, left, width, quiet))
             left += width
         return pieces
@@ -295,25 +301,33 @@ def _bars(
 
 
 def _ticks(scale: _Scale) -> list[Mark]:
-    """Evenly spaced on a linear axis; on a broken one, at each busy stretch's ends."""
+    """Evenly spaced on a linear axis; on a broken one, at the edges of its breaks."""
     if not scale.broken:
-        ticks = []
-        for index in range(TICKS + 1):
-            offset = scale.span * index / TICKS
-            label = "0" if index == 0 else f"+{format_duration(offset)}"
-            ticks.append(Mark(_percent(index * 100 / TICKS), label, _clock(scale.start + offset)))
-        return ticks
+        return [
+            Mark(
+                _percent(index * 100 / TICKS),
+                "0" if index == 0 else f"+{format_duration(scale.span * index / TICKS)}",
+                _clock(scale.start + scale.span * index / TICKS),
+            )
+            for index in range(TICKS + 1)
+        ]
     moments = [scale.start]
     for piece in scale.pieces:
         if piece.idle:
             moments += [m for m in (piece.begin, piece.end) if m not in moments]
     if scale.end not in moments:
         moments.append(scale.end)
-    ticks = []
+    ticks: list[Mark] = []
     for moment in moments:
         offset = moment - scale.start
         label = "0" if not offset else f"+{format_duration(offset)}"
-        ticks.append(Mark(_percent(scale.at(moment)), label, _clock(moment)))
+        tick = Mark(_percent(scale.at(moment)), label, _clock(moment))
+        if ticks and ticks[-1].label == label:
+            continue  # both sides of a short busy stretch read the same
+        if len(ticks) > 1 and float(tick.left) - float(ticks[-1].left) < TICK_ROOM:
+            ticks[-1] = tick  # the two sides of a break: the later one says more
+        else:
+            ticks.append(tick)
     return ticks
 
 

@@ -9,7 +9,8 @@
   function busy(toggle) {
     // Never reload under someone's hands: a selection, an open traceback, a field in use.
     if (document.querySelector("#result_list input.action-select:checked")) return true;
-    if (document.querySelector("details[open]")) return true;
+    // (The list filters are open details elements too: those are not somebody reading.)
+    if (document.querySelector("details[open]:not([data-filter-title])")) return true;
     var selection = window.getSelection && String(window.getSelection());
     if (selection) return true;
     var active = document.activeElement;
