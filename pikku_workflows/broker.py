@@ -13,7 +13,6 @@ from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, TypeVar
 
-import psycopg
 from django.db import (
     DatabaseError,
     InterfaceError,
@@ -100,6 +99,9 @@ class SkipLockedOrmBroker(ORM):
         if connection.vendor != "postgresql" or not connection.get_autocommit():
             sleep(timeout)
             return
+        # Here, not at the top: on SQLite psycopg may be installed without a libpq to load.
+        import psycopg
+
         deadline = monotonic() + timeout
         try:
             listening = self._listening(connection)

@@ -1,13 +1,15 @@
-"""System checks for configurations that lose work, run it twice, or crawl, and for graph
-workflows whose definition cannot run (every problem, one error each)."""
+"""System checks for configurations that lose work, run it twice, or crawl; for deploys that
+run no `pikku_worker` (where that can be told); and for graph workflows whose definition cannot
+run (every problem, one error each)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
-from django.db import connections
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections
 
 from .conf import ON_NON_DETERMINISM_CHOICES, pikku_settings
 from .graph.validation import structure_problems
@@ -73,6 +75,57 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return problems
+
+
+WORKER_HINT = (
+    "Start workers with `python manage.py pikku_worker`: it runs a django-q2 cluster and, beside "
+    "it, the loop that fires sleeps and retries and runs recovery."
+)
+
+
+@register()
+def check_worker_command(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W006: django-q2's own `qcluster` runs queued work but no timer loop: sleeps, retry
+    backoffs and recovery would wait for ever (the checks run as that command starts)."""
+    if sys.argv[1:2] != ["qcluster"]:
+        return []
+    return [
+        Warning(
+            "This is django-q2's qcluster, not pikku_worker: queued steps run, but durable "
+            "timers (wf.sleep, retry backoffs) never fire and nothing recovers lost work "
+            "unless a pikku_worker runs too.",
+            hint=WORKER_HINT,
+            id="pikku_workflows.W006",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_timer_loop_running(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W007 (with `check --database`, and before `migrate`): timers are overdue and no timer
+    loop has been seen; a deploy without pikku_worker looks exactly like that."""
+    from .models import WorkflowStep
+    from .querysets import database_ago
+    from .status import RunStatus
+    from .workers import SILENT_AFTER_SECONDS, timer_loop_seen
+
+    try:
+        overdue = WorkflowStep.objects.filter(
+            run__status=RunStatus.RUNNING,
+            wake_at__lt=database_ago(SILENT_AFTER_SECONDS),
+        ).count()
+        if not overdue or timer_loop_seen():
+            return []
+    except DatabaseError:
+        return []  # not migrated yet: nothing can be overdue
+    return [
+        Warning(
+            f"{overdue} timer(s) of running runs are more than {SILENT_AFTER_SECONDS} s overdue "
+            f"and no pikku_worker timer loop has been seen for {SILENT_AFTER_SECONDS} s.",
+            hint=WORKER_HINT,
+            id="pikku_workflows.W007",
+        )
+    ]
 
 
 @register()

@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     # What a replay that asks for another function at a recorded key does: "fail" the run with
     # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
     "ON_NON_DETERMINISM": "fail",
+    "WORKER_HEARTBEAT_SECONDS": 10,
+    # The site's address (e.g. "https://ops.example.com"): log lines link to run pages under it.
+    "ADMIN_BASE_URL": None,
 }
 
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")

@@ -1,5 +1,5 @@
 """Runs, steps, per-attempt step history, workflow versions, the operator audit trail,
-approvals with their decisions, and the signals sent to runs."""
+approvals with their decisions, the signals sent to runs, and the running workers."""
 
 from __future__ import annotations
 
@@ -409,3 +409,23 @@ class WorkflowSignal(models.Model):
 
     def __str__(self) -> str:
         return f"signal {self.name} to {self.run_id}"
+
+
+class WorkflowWorker(models.Model):
+    """A running `pikku_worker` process: registered when it starts, `last_seen_at` refreshed by
+    its timer loop, removed when it stops cleanly. A worker that was killed stops being seen."""
+
+    id = models.BigAutoField(primary_key=True)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    cluster = models.CharField(max_length=NAME_MAX_LENGTH)
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    steps_in_flight = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["host", "pid"]
+        indexes = [models.Index(fields=["last_seen_at"], name="pikku_worker_last_seen")]
+
+    def __str__(self) -> str:
+        return f"pikku_worker {self.pid} on {self.host} ({self.cluster})"

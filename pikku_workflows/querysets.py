@@ -85,21 +85,18 @@ WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
     "retry": lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
     "child": lambda: runs_with_step(_steps().awaiting_child()),
     "lease": lambda: runs_with_step(_steps().lease_lapsed()),
+    "approval": lambda: runs_with_step(_steps().awaiting_approval()),
+    "signal": lambda: runs_with_step(_steps().awaiting_signal()),
     "suspend": lambda: models.Q(status=RunStatus.SUSPENDED),
 }
-# Kinds DESIGN names that the engine does not record yet (approvals and signals): no run waits
-# on them, so asking for them matches nothing until their predicate joins WAITING_KINDS.
-UNRECORDED_WAITING_KINDS = frozenset({"approval", "signal"})
 
 
 def waiting_on_q(kind: str) -> models.Q:
     """The runs waiting on `kind`, as a filter (`ValueError` for a kind DESIGN does not name)."""
     predicate = WAITING_KINDS.get(kind)
-    if predicate is not None:
-        return predicate()
-    if kind in UNRECORDED_WAITING_KINDS:
-        return models.Q(pk__in=[])
-    raise ValueError(f"Unknown waiting kind {kind!r}")
+    if predicate is None:
+        raise ValueError(f"Unknown waiting kind {kind!r}")
+    return predicate()
 
 
 class WorkflowRunQuerySet(models.QuerySet):

@@ -199,7 +199,7 @@ def step_function(
 
 
 def graph_workflow(name: str, definition: Mapping[str, Any]) -> GraphDefinition:
-    """Register the graph `definition` (JSON-serialisable, see DESIGN §2) as the workflow `name`.
+    """Register the graph `definition` (JSON-serialisable; its shape is checked by `graph.definition`) as the workflow `name`.
 
     Its structure is validated now (InvalidInput lists every problem); its step function
     names when a run first starts and in `manage.py check`, since functions may register later.

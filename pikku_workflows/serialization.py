@@ -1,11 +1,14 @@
 """The JSON round trip every stored value goes through, rejecting what jsonb cannot hold or what
-is too large to store (`MAX_PAYLOAD_BYTES`)."""
+is too large to store (`MAX_PAYLOAD_BYTES`). What Django models hold (`Decimal`, `date`,
+`datetime`, `UUID`, ...) is encoded by `DjangoJSONEncoder` and comes back as its JSON string."""
 
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import pikku_settings
 
@@ -21,12 +24,15 @@ class NotStorableJson(ValueError):
 def round_trip(value: Any) -> Any:
     """Return `value` as it will read back from the database (tuples become lists, ...).
 
-    Rejected here, before anything is written: what is not JSON (NaN, ±Infinity, objects), what
-    jsonb refuses (the NUL character, lone surrogates), values nested too deeply to encode, and
-    encodings longer than `MAX_PAYLOAD_BYTES`.
+    `Decimal`, `date`, `datetime`, `time`, `timedelta` and `UUID` become the strings
+    `DjangoJSONEncoder` writes for them ("12.50", "2024-05-01", "2024-05-01T10:00:00Z", ...):
+    the same value on the first run as on replay. Rejected here, before anything is written:
+    what is not JSON (NaN, ±Infinity, other objects), what jsonb refuses (the NUL character,
+    lone surrogates), values nested too deeply to encode, and encodings longer than
+    `MAX_PAYLOAD_BYTES`.
     """
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, cls=DjangoJSONEncoder)
     except RecursionError:
         raise NotStorableJson("the value is nested too deeply to store") from None
     except (TypeError, ValueError) as exc:

@@ -1,5 +1,5 @@
-"""Process plumbing for `pikku_worker`: forked django-q2 processes die with their parent and
-hand back their step leases when terminated."""
+"""Process plumbing for `pikku_worker`: forked django-q2 processes die with their parent, hand
+back their step leases when terminated, and count the steps they run for the worker's row."""
 
 from __future__ import annotations
 
@@ -23,16 +23,34 @@ RELEASE_SECONDS = 5
 # How long a terminated worker lets the step it runs in place finish (the next one goes to the
 # queue) before it hands that step's lease back too and exits.
 HANDOVER_SECONDS = 10
+# Forked processes counting their steps in flight: (pid, count) pairs in shared memory, so the
+# main process can sum them; a slot whose process died is free again (its count with it).
+STEP_COUNT_SLOTS = 256
 _main_pid = 0
 _forking_pid = 0
+_step_counts: Any = None
+_own_slot: int | None = None
 
 
 def arrange_forked_children() -> None:
     """From now on every fork of this process closes DB connections first (a socket must not be
     shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
-    global _main_pid
+    global _main_pid, _step_counts
+    from .engine.leases import heartbeat
+
     _main_pid = os.getpid()
+    _step_counts = multiprocessing.Array("q", 2 * STEP_COUNT_SLOTS)
+    heartbeat.count_steps = _count_steps
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def steps_in_flight() -> int:
+    """The attempts this worker's processes run now (0 before `arrange_forked_children`)."""
+    if _step_counts is None:
+        return 0
+    with _step_counts.get_lock():
+        pairs = list(zip(_step_counts[0::2], _step_counts[1::2], strict=True))
+    return sum(max(count, 0) for pid, count in pairs if pid and _alive(pid))
 
 
 def _before_fork() -> None:
@@ -49,6 +67,37 @@ def _before_fork() -> None:
 def _after_fork_in_child() -> None:
     _die_with(_forking_pid)
     signal.signal(signal.SIGTERM, _release_leases_and_exit)
+    _take_step_count_slot()
+
+
+def _take_step_count_slot() -> None:
+    global _own_slot
+    _own_slot = None
+    if _step_counts is None:
+        return
+    with _step_counts.get_lock():
+        for slot in range(STEP_COUNT_SLOTS):
+            pid = _step_counts[2 * slot]
+            if not pid or not _alive(pid):
+                _step_counts[2 * slot], _step_counts[2 * slot + 1] = os.getpid(), 0
+                _own_slot = slot
+                return
+
+
+def _count_steps(delta: int) -> None:
+    if _step_counts is not None and _own_slot is not None:
+        with _step_counts.get_lock():
+            _step_counts[2 * _own_slot + 1] += delta
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _die_with(parent_pid: int) -> None:

@@ -66,7 +66,7 @@ def database_from_environment() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
         # Workers need persistent connections (about 10x throughput); no psycopg pool:
-        # it broke django-q2 clusters (DESIGN §6).
+        # it broke django-q2 clusters (README, "Running workers in production").
         config = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
         if config["ENGINE"] == "django.db.backends.postgresql":
             # Server-side binding lets psycopg prepare the statements a worker repeats for every
@@ -89,6 +89,12 @@ def database_from_environment() -> dict[str, Any]:
 
 DATABASES = {"default": database_from_environment()}
 
+# The demo runs on SQLite by choice: the warning that SQLite suits one machine only would be
+# printed by every process `make demo` starts (web server, its reloader, the worker, ...).
+SILENCED_SYSTEM_CHECKS = (
+    ["pikku_workflows.W004"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else []
+)
+
 AUTH_PASSWORD_VALIDATORS: list[dict] = []
 
 LANGUAGE_CODE = "en-us"
@@ -110,7 +116,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 
-# The recommended django-q2 configuration for pikku_workflows (README, DESIGN §6).
+# The recommended django-q2 configuration for pikku_workflows (README, "Add it to your project").
 Q_CLUSTER = {
     "name": "pikku",
     "orm": "default",

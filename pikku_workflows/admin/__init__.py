@@ -1,5 +1,6 @@
-"""The pikku_workflows admin: runs (list, run page, operator actions), the approvals inbox,
-versions, the audit log, and `WorkflowRunInline` for a host model's own admin.
+"""The pikku_workflows admin: runs (list, run page, operator actions, starting a run), the
+approvals inbox, versions, the audit log, the workers, and `WorkflowRunInline` for a host
+model's own admin.
 
 Only the engine writes runs and steps: nothing here can add, edit or delete them, and operator
 actions call the engine's operations.
@@ -18,17 +19,21 @@ from .records import (
     WorkflowVersionAdmin,
 )
 from .runs import WorkflowRunAdmin
+from .start import StartRunAdmin
+from .workers import WorkflowWorkerAdmin
 
 __all__ = [
     "OPERATIONS",
     "Operation",
     "ReadOnlyAdminMixin",
     "RunOperationsAdmin",
+    "StartRunAdmin",
     "WorkflowApprovalAdmin",
     "WorkflowAuditEntryAdmin",
     "WorkflowRunAdmin",
     "WorkflowRunInline",
     "WorkflowVersionAdmin",
+    "WorkflowWorkerAdmin",
     "format_duration",
     "run_id_query",
 ]

@@ -6,6 +6,7 @@ refusal with `message_user`. The engine alone validates, writes and audits.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,16 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..engine.control import OPERATION_RULES, Rule
+from ..engine.control import OPERATION_RULES, Rule, split_for_fork
 from ..models import WorkflowRun
-from .display import run_change_url, run_link, short_id, status_badge
+from ..status import StepStatus
+from .display import is_engine_key, run_change_url, run_link, short_id, status_badge
 
 CONFIRMATION_TEMPLATE = "admin/pikku_workflows/workflowrun/confirm_operation.html"
 # Runs named one by one in a message; the rest are counted.
 NAMED_IN_MESSAGE = 10
+# Up to this many steps the fork page's preview follows the choice of step without a reload.
+FORK_PREVIEW_CHOICES = 100
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Operation:
     engine_rule: Rule
     label: str
     bulk: bool = True
+    # What the confirmation page warns about before the operator says yes.
+    warning: str = ""
 
     @property
     def name(self) -> str:
@@ -81,11 +87,24 @@ class Operation:
 OPERATIONS = {
     op.name: op
     for op in (
-        Operation(OPERATION_RULES["cancel"], "Cancel"),
+        Operation(
+            OPERATION_RULES["cancel"],
+            "Cancel",
+            warning="Completed steps are not compensated: no on_error handler runs and what they "
+            "did stays done. A step running now finishes, but the run does not go on, and its "
+            "child runs are cancelled too.",
+        ),
         Operation(OPERATION_RULES["suspend"], "Suspend"),
         Operation(OPERATION_RULES["resume"], "Resume"),
         Operation(OPERATION_RULES["retry"], "Retry"),
-        Operation(OPERATION_RULES["fork"], "Fork", bulk=False),
+        Operation(
+            OPERATION_RULES["fork"],
+            "Fork",
+            bulk=False,
+            warning="The steps listed below execute again in the new run, with their side "
+            "effects (a card charged, an e-mail sent): the new run has its own invocation ids, "
+            "so an idempotency key built from ctx.invocation_id does not protect against them.",
+        ),
     )
 }
 
@@ -105,7 +124,7 @@ class OperationForm(forms.Form):
         if operation.name == "fork":
             self.fields["from_step"] = forms.ChoiceField(
                 label="Execute again from step",
-                choices=[(key, key) for key in steps],
+                choices=[(key, key) for key in steps if not is_engine_key(key)],
                 help_text="Steps before it keep their recorded results in the new run; "
                 "this step and every later one run again.",
             )
@@ -201,19 +220,19 @@ class RunOperationsAdmin(admin.ModelAdmin):
             and self.has_operation_permission(request, chosen)
         ):
             raise PermissionDenied
-        steps = list(
-            run.steps.order_by("created_at", "step_key").values_list("step_key", flat=True)
-        )
+        steps = list(run.steps.order_by("created_at", "step_key").values_list("step_key", "status"))
         data = request.POST if request.method == "POST" else None
-        initial = {"from_step": request.GET.get("from_step")}
-        form = OperationForm(data, operation=chosen, steps=steps, initial=initial)
+        keys = [key for key, _ in steps]
+        initial = {"from_step": _fork_default(run, steps, request.GET.get("from_step"))}
+        form = OperationForm(data, operation=chosen, steps=keys, initial=initial)
         if form.is_valid():
             outcome = self.perform(request, chosen, [run], form.cleaned_data)
             self.report(request, chosen, outcome)
             if chosen.name == "fork" and outcome.done:
                 return HttpResponseRedirect(run_change_url(self.admin_site, outcome.done[0][1]))
             return HttpResponseRedirect(run_change_url(self.admin_site, run.pk))
-        return self.render_confirmation(request, chosen, [run], form, bulk=False)
+        preview = _fork_preview(steps, form) if chosen.name == "fork" else None
+        return self.render_confirmation(request, chosen, [run], form, bulk=False, fork=preview)
 
     def perform(
         self, request: HttpRequest, operation: Operation, runs: list[WorkflowRun], data: dict
@@ -278,6 +297,7 @@ class RunOperationsAdmin(admin.ModelAdmin):
         form: OperationForm,
         *,
         bulk: bool,
+        fork: dict[str, Any] | None = None,
     ) -> TemplateResponse:
         eligible: list[dict[str, Any]] = []
         ineligible: list[dict[str, Any]] = []
@@ -307,10 +327,38 @@ class RunOperationsAdmin(admin.ModelAdmin):
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "run_url": None if bulk else run_change_url(self.admin_site, runs[0].pk),
             "run_label": None if bulk else short_id(runs[0].pk),
+            "fork": fork,
             "media": self.media + form.media,
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, CONFIRMATION_TEMPLATE, context)
+
+
+def _fork_default(run: WorkflowRun, steps: list[tuple[str, str]], asked: str | None) -> str | None:
+    """The step a fork starts from unless the operator picks another: the one asked for (a
+    "Fork from here" link), else the step that failed the run, else its first failed step, else
+    its last step: the least that runs again is the safest default."""
+    keys = [key for key, _ in steps if not is_engine_key(key)]
+    if asked in keys:
+        return asked
+    failed_key = (run.error or {}).get("step_key")
+    if failed_key in keys:
+        return failed_key
+    failed = [key for key, status in steps if status == StepStatus.FAILED and key in keys]
+    if failed:
+        return failed[0]
+    return keys[-1] if keys else None
+
+
+def _fork_preview(steps: list[tuple[str, str]], form: OperationForm) -> dict[str, Any]:
+    """What executes again for each choice of step (the engine's own split), and the list for
+    the one chosen now; the page's script keeps the list in step with the choice."""
+    chosen = form["from_step"].value()
+    choices = [key for key, _ in steps if not is_engine_key(key)]
+    if len(choices) > FORK_PREVIEW_CHOICES:
+        choices = [chosen] if chosen in choices else []  # a long run: the server's list only
+    again = {key: split_for_fork(steps, key)[1] for key in choices}
+    return {"again": again.get(chosen, []), "plans": json.dumps(again)}
 
 
 def _count(number: int) -> str:

@@ -17,7 +17,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from ..engine.control import COMPENSATION_SUFFIX
+from ..engine.steps import SUSPEND_PREFIX
+
 ADMIN_CSS = "pikku_workflows/admin.css"
+ADMIN_JS = "pikku_workflows/admin.js"
 EMPTY = "-"
 
 
@@ -134,20 +138,38 @@ def run_link(admin_site: admin.AdminSite, run_id: uuid.UUID | str) -> SafeString
     )
 
 
+# What the run list calls each kind of wait, in plain words (leases are the engine's business).
+WAIT_LABELS = {"step": "queued", "lease": "worker lost"}
+
+
 def describe_waiting(
-    admin_site: admin.AdminSite, waiting: dict[str, Any] | None, now: datetime | None = None
+    admin_site: admin.AdminSite,
+    waiting: dict[str, Any] | None,
+    now: datetime | None = None,
+    *,
+    since: datetime | None = None,
 ) -> SafeString | str:
-    """The `waiting_on` of a run summary as a line of HTML: its kind, its step, and when or whom."""
+    """The `waiting_on` of a run summary as a line of HTML: its kind, its step, and when or whom.
+    `since`: when the step it waits on started running, if it runs."""
     if not waiting:
         return EMPTY
     kind = str(waiting.get("kind", ""))
+    label = WAIT_LABELS.get(kind, kind)
     detail: SafeString | str = ""
     if kind in ("timer", "retry") and waiting.get("until"):
         prefix = f"attempt {waiting['attempt']} " if waiting.get("attempt") else ""
         detail = format_html("{}{}", prefix, format_moment(waiting["until"], now))
-    elif kind in ("lease", "step") and waiting.get("lease_expires_at"):
-        label = "lapsed" if kind == "lease" else "lease until"
-        detail = format_html("{} {}", label, format_moment(waiting["lease_expires_at"], now))
+    elif kind == "step" and waiting.get("lease_expires_at"):
+        label = "running"
+        if since is not None:
+            detail = f"for {format_duration((now or timezone.now()) - since)}"
+    elif kind == "step":
+        detail = "waiting for a worker"
+    elif kind == "lease" and waiting.get("lease_expires_at"):
+        detail = format_html(
+            "its worker went silent {}; another worker runs it again",
+            format_moment(waiting["lease_expires_at"], now),
+        )
     elif kind == "child" and waiting.get("child_run_id"):
         detail = format_html("run {}", run_link(admin_site, waiting["child_run_id"]))
     elif kind == "suspend":
@@ -160,7 +182,32 @@ def describe_waiting(
     return format_html(
         '<span class="pikku-wait pikku-wait-{}">{}</span>{}{}',
         kind,
-        kind,
+        label,
         format_html(' <code class="pikku-step-key">{}</code>', step_key) if step_key else "",
         format_html(' <span class="pikku-wait-detail">{}</span>', detail) if detail else "",
     )
+
+
+def is_engine_key(step_key: str) -> bool:
+    """A step the engine made itself (an `on_error` handler, a `wf.suspend`), not one the body
+    named: no fork starts from it."""
+    return step_key.startswith(SUSPEND_PREFIX) or step_key.endswith(COMPENSATION_SUFFIX)
+
+
+def describe_step_key(step_key: str) -> SafeString:
+    """A step key as what it is: the body's own key, or the engine's (`charge:onError` is the
+    on_error handler of `charge`; `__suspend:<reason>` is a `wf.suspend(reason)`)."""
+    if step_key.startswith(SUSPEND_PREFIX):
+        return format_html(
+            '<span class="pikku-engine-key" title="{}">wf.suspend</span> <q>{}</q>',
+            step_key,
+            step_key.removeprefix(SUSPEND_PREFIX),
+        )
+    if step_key.endswith(COMPENSATION_SUFFIX):
+        return format_html(
+            '<span class="pikku-engine-key" title="{}">on_error of</span> '
+            '<code class="pikku-step-key">{}</code>',
+            step_key,
+            step_key.removesuffix(COMPENSATION_SUFFIX),
+        )
+    return format_html('<code class="pikku-step-key">{}</code>', step_key)

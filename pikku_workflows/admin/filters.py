@@ -1,5 +1,6 @@
 """List filters of the run admin, each built on a named predicate of `querysets.py` (the HTTP
-API's filters use the same ones).
+API's filters use the same ones), and the level filter that shows top-level runs unless asked
+otherwise.
 
 Filters by step match a run when *any* of its steps qualifies (a fan-out can wait on a timer
 and a child at once); the "waiting on" column shows the newest step in flight.
@@ -26,7 +27,9 @@ WAITING_LABELS = {
     "timer": "a timer (sleep)",
     "retry": "a retry backoff",
     "child": "a child run",
-    "lease": "a lapsed step lease",
+    "lease": "a step whose worker went silent",
+    "approval": "an approval",
+    "signal": "a signal",
     "suspend": "an operator (suspended)",
 }
 
@@ -79,7 +82,7 @@ class StuckFilter(admin.SimpleListFilter):
         minutes = round(pikku_settings.STALLED_RUN_AFTER_SECONDS / 60, 1)
         return [
             ("any", "Any"),
-            ("lease", "Lapsed lease"),
+            ("lease", "A worker went silent"),
             ("stalled", f"Stalled (idle > {minutes:g} min)"),
         ]
 
@@ -145,3 +148,39 @@ class VersionFilter(admin.SimpleListFilter):
             return queryset.filter(started_on_older_version())
         workflow, _, version = value.rpartition("@")
         return queryset.filter(workflow=workflow, code_version=version)
+
+
+class RunLevelFilter(admin.SimpleListFilter):
+    """Top-level runs by default: child runs (a `wf.do` of a workflow) are their parent's detail.
+    A search shows every level (a child's id must be findable)."""
+
+    title = "level"
+    parameter_name = "level"
+    TOP, CHILDREN, ALL = "top", "children", "all"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(self.TOP, "Top-level runs"), (self.CHILDREN, "Child runs"), (self.ALL, "All runs")]
+
+    def __init__(self, request: HttpRequest, params: Any, model: Any, model_admin: Any) -> None:
+        super().__init__(request, params, model, model_admin)
+        self.searching = bool(request.GET.get("q"))
+
+    def level(self) -> str:
+        return self.value() or (self.ALL if self.searching else self.TOP)
+
+    def choices(self, changelist: Any) -> Any:
+        # No "All" entry removing the parameter: without it the default (top-level) applies.
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.level() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        level = self.level()
+        if level == self.TOP:
+            return queryset.filter(parent_run__isnull=True)
+        if level == self.CHILDREN:
+            return queryset.filter(parent_run__isnull=False)
+        return None

@@ -3,6 +3,7 @@ inline that lists a host object's runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -40,9 +41,14 @@ class ReadOnlyAdminMixin:
 class WorkflowRunInline(ReadOnlyAdminMixin, GenericTabularInline):
     """The runs about an object (`pw.start_workflow(..., subject=obj)`), for the host's own admin.
 
-    Visible to users holding the run view permission: `inlines = [WorkflowRunInline]`.
+    Visible to users holding the run view permission: `inlines = [WorkflowRunInline]`. A host
+    opts in to starting runs from it: list the workflows in `start_workflows` (and override
+    `start_input(obj, workflow)` to prefill their input); users who may add runs then see a
+    "Start <workflow>" link for the object, to the admin's start page.
     """
 
+    template = "admin/pikku_workflows/edit_inline/workflow_runs.html"
+    start_workflows: Sequence[str] = ()
     model = WorkflowRun
     ct_field = "subject_type"
     ct_fk_field = "subject_id"
@@ -54,6 +60,32 @@ class WorkflowRunInline(ReadOnlyAdminMixin, GenericTabularInline):
 
     class Media:
         css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS,)}
+
+    def start_input(self, obj: Any, workflow: str) -> Any:
+        """The input the start page offers for a run of `workflow` about `obj` (None: `{}`)."""
+        return None
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.pikku_start_links = self.start_links(request, obj)  # type: ignore[attr-defined]
+        return formset
+
+    def start_links(self, request: HttpRequest, obj: Any) -> list[tuple[str, str]]:
+        """(label, url) of each "Start <workflow>" link for `obj`; none without the permission."""
+        from .start import start_query
+
+        if obj is None or obj.pk is None or not self.start_workflows:
+            return []
+        if not request.user.has_perm("pikku_workflows.add_workflowrun"):
+            return []
+        try:
+            url = reverse(f"{self.admin_site.name}:pikku_workflows_workflowrun_start")
+        except NoReverseMatch:
+            return []
+        return [
+            (f"Start {name}", f"{url}?{start_query(name, obj, self.start_input(obj, name))}")
+            for name in self.start_workflows
+        ]
 
     @admin.display(description="run")
     def run_link(self, run: WorkflowRun) -> SafeString:

@@ -1,5 +1,6 @@
-"""What the run page shows below its summary: steps, every attempt, the timeline chart and the
-audit trail, in a fixed number of queries whatever the run's size."""
+"""What the run page shows below its summary: steps (each with its input), the timeline chart,
+the audit trail (newest first) and every attempt, in a fixed number of queries whatever the
+run's size."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
-from ..status import StepStatus
-from .display import EMPTY, format_duration, pretty_error, pretty_json, run_link, status_badge
+from ..status import RunStatus, StepKind, StepStatus
+from .display import (
+    EMPTY,
+    describe_step_key,
+    format_duration,
+    is_engine_key,
+    pretty_error,
+    pretty_json,
+    run_link,
+    status_badge,
+)
 from .run_approvals import run_approvals_context
 from .timeline import build_chart
 
@@ -37,13 +47,19 @@ def run_page_context(
             Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
         )
     )
-    audit = list(WorkflowAuditEntry.objects.filter(run=run).select_related("user"))
+    audit = list(
+        WorkflowAuditEntry.objects.filter(run=run)
+        .select_related("user")
+        .order_by("-created_at", "-id")
+    )
     site = model_admin.admin_site
     operations = model_admin.run_operations(request, run)
     fork_url = next((op["url"] for op in operations if op["name"] == "fork"), None)
+    rows = [_step_row(site, run, step, fork_url) for step in steps]
     return {
         "run_operations": operations,
-        "steps": [_step_row(site, step, fork_url) for step in steps],
+        "steps": rows,
+        "fork_column": any(row["fork_url"] for row in rows),
         "attempt_history": [
             _attempt_row(step, attempt) for step in steps for attempt in step.history.all()
         ],
@@ -63,31 +79,56 @@ def _timeline(run: WorkflowRun, steps: list[WorkflowStep], audit: list[WorkflowA
         [(step.step_key, list(step.history.all())) for step in steps],
         marks,
         live=not run.is_settled,
+        timers={step.step_key for step in steps if step.kind == StepKind.SLEEP},
     )
 
 
-def _step_row(site: Any, step: WorkflowStep, fork_url: str | None) -> dict[str, Any]:
+def _step_row(
+    site: Any, run: WorkflowRun, step: WorkflowStep, fork_url: str | None
+) -> dict[str, Any]:
     attempts = list(step.history.all())
     latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
+    engine = is_engine_key(step.step_key)
     return {
         "key": step.step_key,
-        "function": step.function_name or step.kind,
-        "status": status_badge(step.status, step.get_status_display()),
+        "key_display": describe_step_key(step.step_key),
+        "engine": engine,
+        "function": step.function_name or step.get_kind_display(),
+        "status": _step_status(run, step),
         "attempt": f"{step.attempt} / {step.attempt_limit}",
-        "duration": _duration(latest),
+        "duration": _duration(latest, live=not run.is_settled),
+        "input": pretty_json(step.data) if step.data not in (None, {}) else EMPTY,
         "result": pretty_json(step.result) if step.status == StepStatus.SUCCEEDED else EMPTY,
         "error": pretty_error(step.error, omit=("step_key",)),
         "child": run_link(site, step.child_run_id) if step.child_run_id else EMPTY,
         "copied": step.copied,
-        "fork_url": f"{fork_url}?from_step={step.step_key}" if fork_url else None,
+        # A fork starts from a step the body names: the engine's own steps follow theirs.
+        "fork_url": f"{fork_url}?from_step={step.step_key}" if fork_url and not engine else None,
     }
 
 
-def _duration(attempt: WorkflowStepHistory | None) -> str:
+def _step_status(run: WorkflowRun, step: WorkflowStep) -> Any:
+    """The step's badge; a timer or retry the cancel disarmed says "cancelled", not "scheduled"
+    or "failed" as if it were still due."""
+    disarmed = run.status == RunStatus.CANCELLED and step.wake_at is None
+    if disarmed and step.status == StepStatus.SCHEDULED and step.kind == StepKind.SLEEP:
+        return status_badge("cancelled", "Cancelled")
+    if disarmed and step.status == StepStatus.FAILED and step.attempt < step.attempt_limit:
+        return format_html(
+            "{} {}", status_badge(step.status), status_badge("cancelled", "retry cancelled")
+        )
+    if disarmed and step.status in (StepStatus.PENDING, StepStatus.SCHEDULED):
+        return status_badge("cancelled", "Cancelled")
+    return status_badge(step.status, step.get_status_display())
+
+
+def _duration(attempt: WorkflowStepHistory | None, *, live: bool = False) -> str:
     if attempt is None:
         return EMPTY
     end = attempt.succeeded_at or attempt.failed_at
     if end is None:
+        if live and attempt.running_at is not None and attempt.status == StepStatus.RUNNING:
+            return f"running for {format_duration(timezone.now() - attempt.running_at)}"
         return EMPTY
     return format_duration(end - (attempt.running_at or attempt.created_at))
 
@@ -115,6 +156,7 @@ def _audit_row(site: Any, entry: WorkflowAuditEntry) -> dict[str, Any]:
     if before and after:
         change = format_html("{} → {}", status_badge(before), status_badge(after))
     new_run = payload.pop("new_run_id", None)
+    source = payload.pop("forked_from", None)
     return {
         "at": entry.created_at,
         "action": entry.action,
@@ -122,5 +164,6 @@ def _audit_row(site: Any, entry: WorkflowAuditEntry) -> dict[str, Any]:
         "reason": entry.reason or EMPTY,
         "change": change,
         "new_run": run_link(site, new_run) if new_run else None,
+        "source_run": run_link(site, source) if source else None,
         "details": pretty_json(payload) if payload else "",
     }

@@ -1,6 +1,6 @@
-"""The run admin: a list that says what every run is doing and waiting on, and a run page with
-its steps, attempts, timeline and audit trail. Nothing here writes a run: operator actions go
-through the engine (`actions.py`).
+"""The run admin: a list that says what every run is doing, waiting on or failed with, and a run
+page with its steps, attempts, timeline and audit trail. Nothing here writes a run: operator
+actions and starts go through the engine (`actions.py`, `start.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
 from ..engine.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
@@ -28,6 +29,7 @@ from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
 from .display import (
     ADMIN_CSS,
+    ADMIN_JS,
     EMPTY,
     describe_waiting,
     format_duration,
@@ -38,11 +40,20 @@ from .display import (
     short_id,
     status_badge,
 )
-from .filters import RetryingFilter, StartedFilter, StuckFilter, VersionFilter, WaitingOnFilter
+from .filters import (
+    RetryingFilter,
+    RunLevelFilter,
+    StartedFilter,
+    StuckFilter,
+    VersionFilter,
+    WaitingOnFilter,
+)
 from .records import ReadOnlyAdminMixin
 from .run_approvals import AwaitingApprovalFilter
 from .run_page import run_page_context
+from .start import StartRunAdmin
 from .versions import run_graph, run_version
+from .workers import worker_warning
 
 # What the list and the run page read of a step to say what the run waits on.
 WAITING_STEP_FIELDS = (
@@ -57,6 +68,7 @@ WAITING_STEP_FIELDS = (
     "lease_expires_at",
     "wake_at",
     "created_at",
+    "updated_at",
 )
 RUN_SUMMARY_FIELDS = (
     "id",
@@ -64,6 +76,7 @@ RUN_SUMMARY_FIELDS = (
     "version",
     "run_status",
     "waiting",
+    "reason_display",
     "error_display",
     "progress",
     "started_at",
@@ -88,6 +101,10 @@ RUN_ENGINE_FIELDS = (
     "wake_at",
     "updated_at",
 )
+# A failed run's error in the list, cut to this many characters (the whole of it as a tooltip).
+LIST_ERROR_CHARS = 80
+# Codes of the reasons an operator or the body gave, shown without a code.
+OPERATOR_CODES = ("WORKFLOW_SUSPENDED", "WORKFLOW_CANCELLED")
 
 
 def unfinished_steps() -> QuerySet[WorkflowStep]:
@@ -110,7 +127,9 @@ class WorkflowRunChangeList(ChangeList):
             super()
             .get_queryset(request, *args, **kwargs)
             .defer(*RUN_PAYLOAD_FIELDS)
-            .prefetch_related(Prefetch("steps", unfinished_steps(), to_attr="unfinished_steps"))
+            .prefetch_related(
+                Prefetch("steps", unfinished_steps(), to_attr="unfinished_steps"), "subject"
+            )
         )
 
     @cached_property
@@ -150,17 +169,20 @@ class WorkflowRunChangeList(ChangeList):
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
+class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     list_display = (
         "short_id",
         "run_status",
         "workflow",
+        "subject_column",
         "progress",
         "started",
         "duration",
         "waiting",
+        "last_error",
     )
     list_filter = (
+        RunLevelFilter,
         "status",
         "workflow",
         WaitingOnFilter,
@@ -181,14 +203,18 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
 
     class Media:
         css: ClassVar[dict[str, tuple[str, ...]]] = {"all": (ADMIN_CSS, APPROVALS_CSS)}
+        js: ClassVar[tuple[str, ...]] = (ADMIN_JS,)
 
     def get_fieldsets(self, request: HttpRequest, obj: WorkflowRun | None = None) -> Any:
-        """The run page leaves out summary fields that say nothing about this run."""
+        """The run page leaves out summary fields that say nothing about this run; a suspended
+        or cancelled run shows why as a neutral reason, not as an error."""
         if obj is None:
             return self.fieldsets
+        stopped = obj.status in (RunStatus.SUSPENDED, RunStatus.CANCELLED)
         unknown = {
             "waiting": obj.is_settled,
-            "error_display": not obj.error,
+            "reason_display": not (obj.error and stopped),
+            "error_display": not obj.error or stopped,
             "finished": obj.finished_at is None,
             "started_by": obj.started_by_id is None,
             "subject_link": obj.subject_type_id is None,
@@ -218,10 +244,21 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
             .get_queryset(request)
             .annotate(
                 steps_succeeded=Coalesce(Subquery(succeeded), 0),
-                # A suspended run waits on its reason, kept in the (deferred) error payload.
+                # A suspended run waits on its reason, kept in the (deferred) error payload;
+                # a failed run's list row shows its error.
                 error_message=KT("error__message"),
+                error_code=KT("error__code"),
             )
         )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        context = {
+            "pikku_worker_warning": worker_warning(),
+            "pikku_auto_refresh": True,
+            "pikku_start_url": self.start_url() if self.has_start_permission(request) else None,
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
@@ -243,20 +280,34 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
     ) -> Any:
         if obj is not None:
             context.update(run_page_context(self, request, obj))
+            if not obj.is_settled:
+                context.update(pikku_worker_warning=worker_warning(), pikku_auto_refresh=True)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def waiting_on(self, run: WorkflowRun) -> dict[str, Any] | None:
         """The run summary's `waiting_on`, from the steps the list prefetched (or one query)."""
         if run.status == RunStatus.SUSPENDED:
             return {"kind": "suspend", "reason": getattr(run, "error_message", None) or ""}
+        return waiting_on(run, self._unfinished_steps(run))
+
+    def _unfinished_steps(self, run: WorkflowRun) -> list[WorkflowStep]:
         steps = getattr(run, "unfinished_steps", None)
         if steps is None:
-            steps = list(unfinished_steps().filter(run=run))
-        return waiting_on(run, steps)
+            steps = run.unfinished_steps = list(unfinished_steps().filter(run=run))  # type: ignore[attr-defined]
+        return steps
 
     @admin.display(description="id", ordering="id")
-    def short_id(self, run: WorkflowRun) -> str:
-        return short_id(run.id)
+    def short_id(self, run: WorkflowRun) -> SafeString | str:
+        if run.parent_run_id is None:
+            return short_id(run.id)
+        # A child run (a `wf.do` of a workflow), marked so the list reads as a tree.
+        return format_html(
+            '{} <span class="pikku-chip pikku-child" title="A child run of run {}">child of {}'
+            "</span>",
+            short_id(run.id),
+            run.parent_run_id,
+            short_id(run.parent_run_id),
+        )
 
     @admin.display(description="status", ordering="status")
     def run_status(self, run: WorkflowRun) -> SafeString:
@@ -264,7 +315,35 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
 
     @admin.display(description="waiting on")
     def waiting(self, run: WorkflowRun) -> SafeString | str:
-        return describe_waiting(self.admin_site, self.waiting_on(run))
+        waiting = self.waiting_on(run)
+        return describe_waiting(self.admin_site, waiting, since=self._running_since(run, waiting))
+
+    def _running_since(self, run: WorkflowRun, waiting: dict[str, Any] | None) -> Any:
+        """When the step the run waits on was claimed (its last write before the lease renewals,
+        which leave `updated_at` alone), for "running for 18 s"."""
+        if not waiting or waiting.get("kind") != "step" or run.status != RunStatus.RUNNING:
+            return None
+        key = waiting.get("step_key")
+        step = next((s for s in self._unfinished_steps(run) if s.step_key == key), None)
+        return step.updated_at if step is not None and step.status == StepStatus.RUNNING else None
+
+    @admin.display(description="last error")
+    def last_error(self, run: WorkflowRun) -> SafeString | str:
+        if run.status != RunStatus.FAILED:
+            return EMPTY
+        message = getattr(run, "error_message", None) or ""
+        code = getattr(run, "error_code", None) or "ERROR"
+        return format_html(
+            '<span class="pikku-last-error" title="{}"><code class="pikku-error-code">{}</code> {}'
+            "</span>",
+            message,
+            code,
+            Truncator(message).chars(LIST_ERROR_CHARS),
+        )
+
+    @admin.display(description="subject")
+    def subject_column(self, run: WorkflowRun) -> SafeString | str:
+        return self.subject_link(run)
 
     @admin.display(description="progress")
     def progress(self, run: WorkflowRun) -> str:
@@ -363,6 +442,20 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, RunOperationsAdmin):
     @admin.display(description="error")
     def error_display(self, run: WorkflowRun) -> SafeString | str:
         return pretty_error(run.error)
+
+    @admin.display(description="reason")
+    def reason_display(self, run: WorkflowRun) -> SafeString | str:
+        """Why the run is suspended or cancelled: an operator's words, `wf.suspend`'s reason, or
+        what the engine is waiting for (a step function to deploy), with its code."""
+        error = run.error or {}
+        code = error.get("code")
+        return format_html(
+            '<div class="pikku-reason">{}{}</div>',
+            format_html('<code class="pikku-reason-code">{}</code> ', code)
+            if code and code not in OPERATOR_CODES
+            else "",
+            error.get("message") or EMPTY,
+        )
 
     @admin.display(description="input")
     def input_json(self, run: WorkflowRun) -> SafeString | str:

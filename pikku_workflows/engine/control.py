@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 
+from .. import events
 from ..dispatch import enqueue_orchestration
 from ..exceptions import (
     InvalidInput,
@@ -149,8 +150,8 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
     recorded before `from_step` and executes again from there; returns the new run's id.
 
     The source must have ended. The fork is always queued (an operator's request must not run
-    a workflow body in the web process) and linked by `forked_from`; the audit row goes on the
-    source.
+    a workflow body in the web process) and linked by `forked_from`; the fork is audited on both
+    runs: the source's row names the new run, the new run's names its source.
     """
     pk, reason, by = _checked(run_id, reason, by)
     checked_text(from_step, "from_step", max_length=KEY_MAX_LENGTH)
@@ -180,6 +181,17 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
             by,
             reason,
             new_run_id=str(fork.pk),
+            from_step=from_step,
+            copied_steps=[step.step_key for step in reused],
+        )
+        _audit(
+            fork.pk,
+            "fork",
+            "",
+            RunStatus.RUNNING,
+            by,
+            reason,
+            forked_from=str(pk),
             from_step=from_step,
             copied_steps=[step.step_key for step in reused],
         )
@@ -241,6 +253,7 @@ def _audit(
         reason=reason,
         payload={"status_before": before, "status_after": after, **payload},
     )
+    events.announce_operator_action(pk, action, by, reason, before, after)
 
 
 def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
@@ -250,6 +263,7 @@ def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any
     disarmed = _disarm_timers_txn(pk)
     closed = cancel_pending_approvals_txn(pk)
     move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
+    events.announce_run_finished(pk, RunStatus.CANCELLED, error)
     cancelled = _cancel_children_txn(pk, reason, by)
     _audit(
         pk,
@@ -342,15 +356,27 @@ def _rearm_step_txn(step: WorkflowStep) -> dict[str, Any]:
     return {"step_key": step.step_key, "attempt": previous, "attempt_limit": limit}
 
 
+def split_for_fork(steps: Sequence[tuple[str, str]], from_step: str) -> tuple[list[str], list[str]]:
+    """For a fork from `from_step`: the keys whose results it reuses (the succeeded steps before
+    it) and the keys recorded in the source that execute again (every other one); `steps` are
+    (key, status) in the order the source created them. The admin previews a fork with it."""
+    keys = [key for key, _ in steps]
+    if from_step not in keys:
+        raise InvalidInput(f"There is no step {from_step!r} to fork from; the steps are {keys}.")
+    before = keys.index(from_step)
+    reused = [key for key, status in steps[:before] if status == StepStatus.SUCCEEDED]
+    kept = set(reused)
+    return reused, [key for key in keys if key not in kept]
+
+
 def _steps_before(pk: uuid.UUID, from_step: Any) -> list[WorkflowStep]:
     """The succeeded steps recorded before `from_step`, in the order the source created them."""
     steps = list(WorkflowStep.objects.filter(run_id=pk).order_by("created_at", "step_key"))
-    keys = [step.step_key for step in steps]
-    if from_step not in keys:
-        raise InvalidInput(
-            f"Run {pk} has no step {from_step!r} to fork from; its steps are {keys}."
-        )
-    return [s for s in steps[: keys.index(from_step)] if s.status == StepStatus.SUCCEEDED]
+    try:
+        reused, _ = split_for_fork([(s.step_key, s.status) for s in steps], from_step)
+    except InvalidInput as exc:
+        raise InvalidInput(f"Run {pk}: {exc.message}") from None
+    return [step for step in steps if step.step_key in reused]
 
 
 def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections, connection
@@ -119,6 +120,8 @@ class Heartbeat:
         self._steps: dict[tuple[Any, int], int] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        # Told +1 / -1 as attempts start and stop being held (pikku_worker counts steps in flight).
+        self.count_steps: Callable[[int], None] | None = None
 
     def hold_run(self, run_id: Any, holder: str) -> None:
         with self._lock:
@@ -132,8 +135,11 @@ class Heartbeat:
     def hold_step(self, step_id: Any, attempt: int) -> None:
         with self._lock:
             key = (step_id, attempt)
-            self._steps[key] = self._steps.get(key, 0) + 1
+            count = self._steps.get(key, 0) + 1
+            self._steps[key] = count
             self._ensure_thread()
+        if count == 1 and self.count_steps is not None:
+            self.count_steps(1)
 
     def drop_step(self, step_id: Any, attempt: int) -> None:
         with self._lock:
@@ -141,8 +147,9 @@ class Heartbeat:
             count = self._steps.get(key, 0) - 1
             if count > 0:
                 self._steps[key] = count
-            else:
-                self._steps.pop(key, None)
+            dropped = count == 0 and self._steps.pop(key, None) is not None
+        if dropped and self.count_steps is not None:
+            self.count_steps(-1)
 
     def held_steps(self) -> list[tuple[Any, int]]:
         with self._lock:

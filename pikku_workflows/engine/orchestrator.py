@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import Error as DatabaseError
 
+from .. import events
 from ..exceptions import (
     GraphRunFailed,
     InvalidTransition,
@@ -211,6 +212,7 @@ def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
         logger.info("pikku_workflows: run %s changed during its pass; outcome dropped", run.pk)
         return False
     run.status = status
+    events.announce_run_finished(run.pk, status, fields.get("error"), workflow=run.workflow)
     return True
 
 

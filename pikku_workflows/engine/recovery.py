@@ -168,12 +168,15 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
     return count
 
 
-def run_timer_loop(stop: threading.Event) -> None:
+def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
     """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
-    until `stop` is set. Errors are logged and the loop goes on (the database may come back)."""
+    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors are
+    logged and the loop goes on (the database may come back)."""
     next_recovery = 0.0
     while not stop.is_set():
         try:
+            if on_tick is not None:
+                on_tick()
             fired = fire_due_timers()
             if time.monotonic() >= next_recovery:
                 counts = recover()

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from .. import events
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowVersion
 from ..registry import registry
@@ -61,6 +62,7 @@ def create_run_row(
                 run.lease_expires_at = run_lease_until()
             run.save(force_insert=True)
     run.lease_expires_at = None
+    events.announce_run_started(run)
     return run
 
 

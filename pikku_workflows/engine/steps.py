@@ -336,16 +336,23 @@ def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) ->
 
 
 def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
-    """The `on_error` handler's call for the exhausted `step`, or None without one."""
+    """The `on_error` handler's call for the exhausted `step`, with the failed step's input and
+    error (a refund can name the charge it refunds), or None without a handler."""
     if not call.on_error:
         return None
     definition = registry.step_functions.get(call.on_error)
+    error = step.error or {}
     return StepCall(
         key=f"{call.key}:onError",
         from_key=call.key,
         kind=StepKind.FUNCTION,
         function_name=call.on_error,
-        data={"error": {"message": (step.error or {}).get("message", "")}},
+        data={
+            "data": step.data,
+            "error": {key: error.get(key, "") for key in ("code", "message", "type")},
+            "step_key": call.key,
+            "attempt": step.attempt,
+        },
         policy=RetryPolicy(0, None),
         func=definition.func if definition else None,
     )

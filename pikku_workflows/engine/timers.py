@@ -1,21 +1,24 @@
 """Firing due timers: sleeps end, retry backoffs end, approval deadlines and signal timeouts
-pass, reminders are sent; the work they wait for is dispatched."""
+pass, reminders are sent; the work they wait for is dispatched. And moving timers earlier, for
+tests that skip time."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 
 from ..conf import pikku_settings
 from ..dispatch import enqueue_orchestration, enqueue_step
 from ..exceptions import WorkflowDispatchException
-from ..models import WorkflowStep
+from ..models import WorkflowApproval, WorkflowStep
 from ..querysets import DatabaseNow
 from ..registry import registry
-from ..status import StepKind, StepStatus
+from ..status import ApprovalStatus, StepKind, StepStatus
 from .approval_rows import fire_approval_timer_txn, send_due_reminders
 from .claims import lock_due_timers_txn
 from .signal_rows import time_out_wait_txn
@@ -79,3 +82,19 @@ def dispatch_woken(run_id: Any, step_key: str, function_name: str | None) -> Non
         enqueue_step(run_id, step_key, definition.queue)
     else:
         enqueue_orchestration(run_id)
+
+
+def shift_timers(run_ids: list[Any] | None, earlier_by: timedelta) -> int:
+    """Move the armed timers (sleeps, retry backoffs, approval deadlines and reminders, signal
+    timeouts) of `run_ids` (None: every run) earlier by
+    `earlier_by`, in one UPDATE: the time skipping of `pikku_workflows.testing.drain(advance=)`.
+    The timer loop then fires those that are due as it would once that much time had passed."""
+    armed = WorkflowStep.objects.filter(wake_at__isnull=False)
+    deadlines = WorkflowApproval.objects.filter(status=ApprovalStatus.PENDING)
+    if run_ids is not None:
+        armed = armed.filter(run_id__in=run_ids)
+        deadlines = deadlines.filter(run_id__in=run_ids)
+    # An approval's deadline is its recorded `expires_at` (the step's timer only arms it).
+    deadlines.filter(expires_at__isnull=False).update(expires_at=F("expires_at") - earlier_by)
+    deadlines.filter(remind_at__isnull=False).update(remind_at=F("remind_at") - earlier_by)
+    return armed.update(wake_at=F("wake_at") - earlier_by, updated_at=DatabaseNow())

@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from .. import events
 from ..conf import pikku_settings
 from ..dispatch import QueueMessage, queue_fragments
 from ..exceptions import InvalidTransition, RunInterrupted, StepSuperseded
@@ -329,6 +330,8 @@ def record_step_outcome(
     if not moved:
         _raise_refused(step, target)
     _mark_recorded(step, target, fields, wake_at)
+    if target == StepStatus.FAILED:
+        events.announce_attempt_failed(step)
     return leased
 
 
@@ -441,6 +444,8 @@ def move_step_txn(
         _stamp_attempt_txn(step, target, outcome)
     step.status = target
     _apply(step, fields)
+    if target == StepStatus.FAILED:
+        events.announce_attempt_failed(step)
     return True
 
 

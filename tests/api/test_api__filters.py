@@ -192,7 +192,7 @@ def test_filter__q_is_an_id_prefix_or_a_workflow_name(operator_api, runs):
         ("awaiting_approval=yes", "awaiting_approval"),
         ("started_after=yesterday", "started_after"),
         ("started_before=9999-12-31T23:59:59-12:00", "started_before"),
-        ("waiting_on=approval", "waiting_on"),  # no approvals yet
+        ("waiting_on=approvals", "waiting_on"),  # not a kind (approval is)
         ("subject_type=no.such", "subject_type"),
         ("subject_type=nodot", "subject_type"),
         ("q=" + "x" * 300, "q"),

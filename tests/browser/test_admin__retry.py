@@ -1,9 +1,12 @@
-"""In a real browser: an operator logs in, opens a failed run, retries it from the run page,
-confirms with a reason, and sees the run complete. With PIKKU_SAVE_SCREENSHOT=1 it refreshes `docs/run-page.png`.
+"""In a real browser: an operator finds a failed run by its error in the list, opens it, retries
+it from the run page, confirms with a reason, and sees the run complete; watches the list refresh
+itself; starts a run from the admin; and forks a failed run from the step that failed. With
+PIKKU_SAVE_SCREENSHOT=1 it refreshes `docs/run-page.png` and `docs/run-list.png`.
 
 Playwright drives the system's Chromium (`apt-get install chromium`; `playwright install`
-cannot download browsers here). No worker runs in this test: after the click the test runs
-the queued orchestrator pass itself (`tests.queue.drain_queue`), as a worker would.
+cannot download browsers here). No worker runs in these tests: after a click the test runs
+what a worker would itself (`pikku_workflows.testing.drain`); a `WorkflowWorker` row stands in
+for a live worker, so the pages show no "no timer loop" banner.
 """
 
 from __future__ import annotations
@@ -12,17 +15,20 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import F
+from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowWorker
 from pikku_workflows.status import RunStatus
-from tests.admin_support import change_url
-from tests.queue import drain_queue
+from pikku_workflows.testing import drain
+from tests.admin_support import CHANGELIST, change_url
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
@@ -33,8 +39,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-# The README's picture is refreshed only on request, so a test run leaves the tree clean.
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "run-page.png"
+# The README's pictures are refreshed only on request, so a test run leaves the tree clean.
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+# The list's auto-refresh reloads every 5 s; give it two turns.
+REFRESH_TIMEOUT_MS = 12_000
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,6 +70,12 @@ def order_workflow() -> Iterator[None]:
     def ship(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
         return {"tracking": "TRK000042"}
 
+    @pw.workflow("restock", planned_steps=["reserve", "cool-off", "ship"])
+    def restock(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+        wf.do("reserve", "browser.reserve", {"items": input["items"]})
+        wf.sleep("cool-off", "1h")
+        return wf.do("ship", "browser.ship", {})
+
     @pw.workflow("checkout", planned_steps=["reserve", "charge", "ship"])
     def order(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
         wf.do("reserve", "browser.reserve", {"items": input["items"]})
@@ -76,8 +90,16 @@ def order_workflow() -> Iterator[None]:
 
 
 @pytest.fixture
-def failed_run(order_workflow: None, django_user_model: Any) -> str:
-    django_user_model.objects.create_superuser("operator", "operator@example.com", "s3cret!")
+def operator(django_user_model: Any) -> Any:
+    now = timezone.now()
+    WorkflowWorker.objects.create(
+        host="worker-1", pid=4242, cluster="pikku", started_at=now, last_seen_at=now
+    )
+    return django_user_model.objects.create_superuser("operator", "operator@example.com", "s3cret!")
+
+
+@pytest.fixture
+def failed_run(order_workflow: None, operator: Any) -> str:
     run_id = pw.start_workflow("checkout", {"items": ["lamp", "desk"], "amount": 120}, inline=True)
     assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.FAILED
     return run_id
@@ -120,15 +142,42 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+def log_in(browser: Any, live_server: Any, next_url: str) -> Any:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/admin/login/?next={next_url}")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "s3cret!")
+    page.click("input[type=submit]")
+    return page
+
+
+def screenshot_path(name: str, tmp_path: Path) -> Path:
+    return DOCS / name if os.environ.get("PIKKU_SAVE_SCREENSHOT") else tmp_path / name
+
+
+def failed_hours_ago(run_id: str, hours: int) -> None:
+    """The run failed at 3 a.m.: its times moved back, as if it had happened then."""
+    earlier = timedelta(hours=hours)
+    WorkflowRun.objects.filter(pk=run_id).update(
+        created_at=F("created_at") - earlier, finished_at=F("finished_at") - earlier
+    )
+    WorkflowStep.objects.filter(run_id=run_id).update(created_at=F("created_at") - earlier)
+    history = WorkflowStepHistory.objects.filter(step__run_id=run_id)
+    for column in ("created_at", "running_at", "succeeded_at", "failed_at"):
+        history.exclude(**{column: None}).update(**{column: F(column) - earlier})
+
+
 def test_retry_a_failed_run_from_the_run_page(live_server, failed_run, browser, tmp_path):
     from playwright.sync_api import expect
 
     run_id = failed_run
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(f"{live_server.url}/admin/login/?next={change_url(run_id)}")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "s3cret!")
-    page.click("input[type=submit]")
+    in_thread(lambda: failed_hours_ago(run_id, 5))
+    page = log_in(browser, live_server, CHANGELIST)
+    # The list says what went wrong, without opening the run.
+    error = page.locator("#result_list td.field-last_error")
+    expect(error).to_contain_text("STEP_FAILED")
+    expect(error).to_contain_text("payment gateway unreachable")
+    page.click(f"#result_list a[href^='{change_url(run_id)}']")
     status = page.locator(".field-run_status .readonly")
     expect(status).to_have_text("Failed")
     expect(page.locator(".field-error_display")).to_contain_text("payment gateway unreachable")
@@ -138,17 +187,20 @@ def test_retry_a_failed_run_from_the_run_page(live_server, failed_run, browser, 
     expect(page.locator("#content-main h2").first).to_have_text("1 run will be retried")
     page.fill("textarea[name=reason]", "Gateway is back up")
     page.click("input[type=submit][value='Yes, retry 1 run']")
-    expect(page.locator(".messagelist")).to_contain_text("Retried 1 run")
+    expect(page.locator(".messagelist").first).to_contain_text("Retried 1 run")
     expect(status).to_have_text("Running")
 
     # What a worker would do: run the orchestrator pass the retry queued.
-    assert in_thread(drain_queue) == [("pikku_workflows.tasks.orchestrate", (run_id,))]
+    assert in_thread(lambda: drain(run_id))["status"] == RunStatus.COMPLETED
     page.reload()
 
     expect(status).to_have_text("Completed")
     expect(page.locator("#audit-trail")).to_contain_text("Gateway is back up")
     expect(page.locator("#timeline .pikku-bar-running.pikku-bar-failed")).to_have_count(2)
     expect(page.locator("#timeline .pikku-mark")).to_have_count(3)  # the retry, on each lane
+    # Retried five hours after it failed: the idle hours are a narrow break, both ends readable.
+    expect(page.locator("#timeline .pikku-axis .pikku-break")).to_have_count(1)
+    expect(page.locator("#timeline h2")).to_contain_text("idle stretches shortened")
     output = in_thread(lambda: WorkflowRun.objects.get(pk=run_id).output)
     assert output == {"charge": "ch_42", "tracking": "TRK000042"}
 
@@ -157,12 +209,86 @@ def test_retry_a_failed_run_from_the_run_page(live_server, failed_run, browser, 
     expect(page.locator("#nav-sidebar")).to_be_hidden()
     audit = page.locator("#audit-trail").bounding_box()
     assert audit is not None
-    screenshot = (
-        DOCS_SCREENSHOT if os.environ.get("PIKKU_SAVE_SCREENSHOT") else tmp_path / "run.png"
-    )
+    screenshot = screenshot_path("run-page.png", tmp_path)
     # The box is relative to the viewport, which the click may have scrolled.
     bottom = audit["y"] + page.evaluate("window.scrollY") + audit["height"] + 16
     page.screenshot(
         path=str(screenshot), full_page=True, clip={"x": 0, "y": 0, "width": 1280, "height": bottom}
     )
     assert screenshot.stat().st_size > 10_000
+
+
+def test_the_run_list_refreshes_itself_while_auto_refresh_is_on(
+    live_server, failed_run, browser, tmp_path
+):
+    from playwright.sync_api import expect
+
+    page = log_in(browser, live_server, CHANGELIST)
+    page.check("#pikku-auto-refresh")
+    GATEWAY["down"] = False
+    started = in_thread(
+        lambda: pw.start_workflow("checkout", {"items": ["chair"], "amount": 40}, inline=True)
+    )
+
+    # Nobody reloads: the page does, and the new run shows up on its own.
+    row = page.locator("#result_list tr", has=page.locator(f"input[value='{started}']"))
+    expect(row.locator("td.field-run_status")).to_have_text("Completed", timeout=REFRESH_TIMEOUT_MS)
+    expect(page.locator("#pikku-auto-refresh")).to_be_checked()  # remembered across reloads
+
+    # The picture for the README: a few more runs, each doing something else.
+    page.uncheck("#pikku-auto-refresh")
+
+    def more_runs() -> None:
+        pw.start_workflow("restock", {"items": ["lamp"]}, inline=True)
+        held = pw.start_workflow("restock", {"items": ["desk"]}, inline=True)
+        pw.suspend_run(held, reason="stock count first")
+
+    in_thread(more_runs)
+    page.reload()
+    page.click("#toggle-nav-sidebar")
+    expect(page.locator("#nav-sidebar")).to_be_hidden()
+    listing = page.locator("#changelist").bounding_box()
+    assert listing is not None
+    bottom = listing["y"] + page.evaluate("window.scrollY") + listing["height"] + 16
+    page.screenshot(
+        path=str(screenshot_path("run-list.png", tmp_path)),
+        full_page=True,
+        clip={"x": 0, "y": 0, "width": 1280, "height": min(bottom, 760)},
+    )
+
+
+def test_start_a_run_from_the_admin(live_server, order_workflow, operator, browser):
+    from playwright.sync_api import expect
+
+    GATEWAY["down"] = False
+    page = log_in(browser, live_server, CHANGELIST)
+    page.click("a.pikku-op-start")
+    page.check("input[name=workflow][value=checkout]")
+    page.fill("textarea[name=input]", '{"items": ["lamp"], "amount": oops}')
+    page.click("input[type=submit][name=start]")
+    expect(page.locator(".errorlist")).to_contain_text("Not valid JSON")
+
+    page.fill("textarea[name=input]", '{"items": ["lamp"], "amount": 25}')
+    page.click("input[type=submit][name=start]")
+    expect(page.locator(".messagelist").first).to_contain_text("Started run")
+    run_id = in_thread(lambda: str(WorkflowRun.objects.get(workflow="checkout").pk))
+    expect(page.locator(".field-started_by .readonly")).to_have_text("operator")
+    assert in_thread(lambda: drain(run_id))["status"] == RunStatus.COMPLETED
+    page.reload()
+    expect(page.locator(".field-run_status .readonly")).to_have_text("Completed")
+
+
+def test_fork_defaults_to_the_failed_step_and_shows_what_runs_again(
+    live_server, failed_run, browser
+):
+    from playwright.sync_api import expect
+
+    page = log_in(browser, live_server, change_url(failed_run))
+    page.click("a.pikku-op-fork")
+
+    expect(page.locator("select[name=from_step]")).to_have_value("charge")
+    again = page.locator("#pikku-fork-again li")
+    expect(again).to_have_text(["charge"])
+    expect(page.locator("#pikku-operation-warning")).to_contain_text("side effects")
+    page.select_option("select[name=from_step]", "reserve")
+    expect(again).to_have_text(["reserve", "charge"])  # the list follows the choice

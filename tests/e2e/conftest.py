@@ -30,6 +30,7 @@ WORKER_SETTINGS = {
     "PIKKU_RELAY_PENDING_AFTER_SECONDS": "2",
     "PIKKU_STALLED_RUN_AFTER_SECONDS": "3",
     "PIKKU_REDISPATCH_BACKOFF_SECONDS": "1",
+    "PIKKU_WORKER_HEARTBEAT_SECONDS": "0.3",
 }
 
 
@@ -41,22 +42,23 @@ def worker_database_url() -> str:
 
 
 class Worker:
-    """One `pikku_worker --workers 2` process (its own session, so its group can be killed)."""
+    """One `pikku_worker --workers 2` process (its own session, so its group can be killed);
+    `args` are more options (`--reload`)."""
 
-    def __init__(self, log_path: Path, **settings: str) -> None:
+    def __init__(self, log_path: Path, args: tuple[str, ...] = (), **settings: str) -> None:
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
         env = {
             **os.environ,
             **WORKER_SETTINGS,
-            **settings,
             "DATABASE_URL": worker_database_url(),
             "PIKKU_EXTRA_WORKFLOW_MODULES": "tests.e2e.workflows",
             "PYTHONUNBUFFERED": "1",
+            **settings,
         }
         env.pop("Q_CLUSTER_NAME", None)
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "pikku_worker", "--workers", "2"],
+            [sys.executable, "manage.py", "pikku_worker", "--workers", "2", *args],
             cwd=REPO_ROOT,
             env=env,
             stdout=self._log,
@@ -114,9 +116,9 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..
     """
     workers: list[Worker] = []
 
-    def start(**settings: str) -> Worker:
+    def start(args: tuple[str, ...] = (), **settings: str) -> Worker:
         """A new worker; `settings` override WORKER_SETTINGS (PIKKU_<NAME>="value")."""
-        worker = Worker(tmp_path / f"worker-{len(workers) + 1}.log", **settings)
+        worker = Worker(tmp_path / f"worker-{len(workers) + 1}.log", args, **settings)
         workers.append(worker)
         worker.wait_ready()
         return worker

@@ -139,12 +139,13 @@ def test_audit_trail__lists_operator_actions(admin_client, admin_user, shop):
     response = admin_client.get(change_url(run))
 
     trail = response.context["audit_trail"]
+    # Newest first: the last thing that happened to the run is what a reader looks for.
     assert [(row["action"], row["user"], row["reason"]) for row in trail] == [
-        ("suspend", "admin", "stock check"),
         ("cancel", "admin", "out of stock"),
+        ("suspend", "admin", "stock check"),
     ]
-    assert text_of(str(trail[0]["change"])) == "Running → Suspended"
-    assert text_of(str(trail[1]["change"])) == "Suspended → Cancelled"
+    assert text_of(str(trail[0]["change"])) == "Suspended → Cancelled"
+    assert text_of(str(trail[1]["change"])) == "Running → Suspended"
 
 
 def test_audit_trail__of_a_fork_links_the_new_run(admin_client, admin_user, shop):

@@ -195,7 +195,7 @@ def test_change_page__shows_run_steps_and_attempt_history(admin_client, run_with
     steps = response.context["steps"]
     assert [(step["key"], step["function"], step["attempt"]) for step in steps] == [
         ("charge", "payments.charge", "2 / 6"),
-        ("total", "function", "1 / 6"),
+        ("total", "Step function", "1 / 6"),  # no name recorded: its kind, in words
     ]
     assert '<pre class="pikku-json">{\n  &quot;charged&quot;: 5\n}</pre>' in content
     assert 'name="steps-0-step_key"' not in content

@@ -1,6 +1,6 @@
 """A broker that refuses messages is transient: the step stays pending, the run stays running,
 nothing fails; once the broker is back, recovery relays the work and the run completes
-(DESIGN §4, reference trap 6 "dispatch failure treated as run failure lost runs")."""
+(docs/architecture.md §3 and §4, reference trap 6 "dispatch failure treated as run failure lost runs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queue messages only prompt: late, duplicate and stray messages change nothing (DESIGN §4, §6)."""
+"""Queue messages only prompt: late, duplicate and stray messages change nothing (docs/architecture.md §8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`timeout` bounds each attempt of a queued step: the attempt fails with TIMEOUT and follows the
-retry policy; the late outcome of the abandoned attempt is never recorded (DESIGN §4)."""
+retry policy; the late outcome of the abandoned attempt is never recorded (docs/architecture.md §6)."""
 
 from __future__ import annotations
 

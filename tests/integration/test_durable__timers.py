@@ -1,5 +1,5 @@
 """Durable timers: a due sleep or retry backoff is fired by the timer loop, which dispatches the
-work waiting on it (DESIGN §4, §6)."""
+work waiting on it (docs/architecture.md §6, §8)."""
 
 from __future__ import annotations
 

@@ -184,14 +184,36 @@ def test_retries__on_error_runs_once_as_its_own_step_and_the_run_still_fails(alw
 
     @pw.workflow("retries.compensated")
     def compensated(wf, input):
-        wf.do("charge", "retries.always_fails", retries=2, retry_delay=0, on_error="retries.refund")
+        wf.do(
+            "charge",
+            "retries.always_fails",
+            {"amount": 12},
+            retries=2,
+            retry_delay=0,
+            on_error="retries.refund",
+        )
         return "not reached"
 
     run_id = pw.start_workflow("retries.compensated", {}, inline=True)
 
     assert always_fails == [1, 2, 3]
+    # The handler gets the failed step's input, its error and which attempt failed last: a refund
+    # can name the charge it refunds.
     assert compensations == [
-        ({"error": {"message": "card declined on attempt 3"}}, "charge:onError", 1)
+        (
+            {
+                "data": {"amount": 12},
+                "error": {
+                    "code": "ConnectionError",
+                    "message": "card declined on attempt 3",
+                    "type": "builtins.ConnectionError",
+                },
+                "step_key": "charge",
+                "attempt": 3,
+            },
+            "charge:onError",
+            1,
+        )
     ]
     handler = load_step(run_id, "charge:onError")
     assert (handler.status, handler.function_name, handler.result) == (

@@ -18,7 +18,8 @@ from pikku_workflows.models import (
     WorkflowStepHistory,
 )
 from pikku_workflows.status import RunStatus, StepStatus
-from tests.queue import drain_queue, queued_tasks
+from pikku_workflows.testing import drain
+from tests.queue import queued_tasks
 from tests.rows import load_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -90,7 +91,7 @@ def test_fork_run__from_a_middle_step_reuses_earlier_results_and_reruns_the_rest
     assert _steps(fork_id) == [("extract", StepStatus.SUCCEEDED, True)]
     assert queued_tasks() == [(ORCHESTRATE, (fork_id,))]
 
-    drain_queue()
+    drain()
 
     assert pipeline.calls[3:] == ["transform", "publish"]
     fork = load_run(fork_id)
@@ -138,7 +139,16 @@ def test_fork_run__audit_row_goes_on_the_source_run(pipeline, ops):
         "from_step": "transform",
         "copied_steps": ["extract"],
     }
-    assert not WorkflowAuditEntry.objects.filter(run_id=fork_id).exists()
+    # ... and one on the new run, naming its source: both run pages tell the story.
+    forked = WorkflowAuditEntry.objects.get(run_id=fork_id)
+    assert (forked.action, forked.user, forked.reason) == ("fork", ops, "redo")
+    assert forked.payload == {
+        "status_before": "",
+        "status_after": "running",
+        "forked_from": source_id,
+        "from_step": "transform",
+        "copied_steps": ["extract"],
+    }
     assert load_run(source_id).status == RunStatus.COMPLETED
 
 
@@ -149,7 +159,7 @@ def test_fork_run__of_a_failed_run_redoes_the_broken_step_after_the_fix(pipeline
     pipeline.broken = False
 
     fork_id = pw.fork_run(source_id, from_step="publish")
-    drain_queue()
+    drain()
 
     assert pipeline.calls == ["extract", "transform", "publish", "publish"]
     assert load_run(fork_id).status == RunStatus.COMPLETED
@@ -160,7 +170,7 @@ def test_fork_run__from_the_first_step_reruns_everything(pipeline):
     source_id = pw.start_workflow("fork.etl", {"source": "s3://e"}, inline=True)
 
     fork_id = pw.fork_run(source_id, from_step="extract")
-    drain_queue()
+    drain()
 
     assert pipeline.calls == ["extract", "transform", "publish"] * 2
     assert not WorkflowStep.objects.filter(run_id=fork_id, copied=True).exists()
@@ -184,7 +194,7 @@ def test_fork_run__earlier_steps_that_did_not_succeed_run_again():
     source_id = pw.start_workflow("fork.tolerant", {}, inline=True)
 
     fork_id = pw.fork_run(source_id, from_step="last")
-    drain_queue()
+    drain()
 
     assert calls == ["optional", "main", "last", "optional", "last"]
     assert _steps(fork_id) == [

@@ -11,6 +11,7 @@ from pikku_workflows.models import (
     WorkflowAuditEntry,
 )
 from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.testing import drain
 from tests.queue import drain_queue, queued_tasks
 from tests.rows import attempt_statuses, load_run, load_step
 from tests.shop import Shop
@@ -53,7 +54,7 @@ def test_retry_run__reruns_only_the_failed_step_and_the_attempt_carries_on(shop,
     assert load_run(run_id).finished_at is None
     assert queued_tasks() == [(ORCHESTRATE, (run_id,))]
 
-    drain_queue()
+    drain()
 
     run = load_run(run_id)
     assert (run.status, run.output) == (
@@ -81,7 +82,7 @@ def test_retry_run__a_step_failing_again_spends_exactly_the_fresh_budget(shop):
     run_id = _failed_order(shop)
 
     pw.retry_run(run_id)
-    drain_queue()
+    drain()
 
     assert shop.calls[4:] == [("charge", 4), ("charge", 5), ("charge", 6)]
     charge = load_step(run_id, "charge")
@@ -92,7 +93,7 @@ def test_retry_run__a_step_failing_again_spends_exactly_the_fresh_budget(shop):
 
     shop.broken = False
     pw.retry_run(run_id)
-    drain_queue()
+    drain()
 
     assert load_step(run_id, "charge").attempt == 7
     assert load_run(run_id).status == RunStatus.COMPLETED
@@ -148,7 +149,7 @@ def test_retry_run__a_body_that_raised_runs_again_with_its_steps_kept():
     fixed.append(True)
 
     pw.retry_run(run_id)
-    drain_queue()
+    drain()
 
     assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, 42)
     assert seen == ["load"]
@@ -204,7 +205,7 @@ def test_retry_run__failed_child_step_starts_a_new_child_run():
     broken[0] = False
 
     pw.retry_run(run_id)
-    drain_queue()
+    drain()
 
     step = load_step(run_id, "child")
     assert step.child_run_id not in (None, first_child)
@@ -236,7 +237,7 @@ def test_retry_run__compensation_handlers_are_not_rearmed():
     broken[0] = False
 
     pw.retry_run(run_id)
-    drain_queue()
+    drain()
 
     assert (load_run(run_id).status, load_run(run_id).output) == (RunStatus.COMPLETED, "paid")
     handler = load_step(run_id, "pay:onError")

@@ -227,6 +227,7 @@ def test_timeline__fork_shows_copied_steps_and_the_source_shows_the_fork(flaky):
     assert brief(pw.get_run_timeline(fork_id)) == [
         ("charge", 1, "pending"),
         ("charge", 1, "succeeded"),
+        (None, None, "fork"),  # the fork is recorded on the new run too, after its copies
         ("ship", 1, "pending"),
         ("ship", 1, "running"),
         ("ship", 1, "succeeded"),

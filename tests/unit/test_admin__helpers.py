@@ -134,8 +134,22 @@ def test_describe_waiting__each_kind():
     assert text({"kind": "retry", "step_key": "charge", "attempt": 3, "until": later}) == (
         "retry charge attempt 3 in 30 s"
     )
-    assert text({"kind": "step", "step_key": "ship", "lease_expires_at": later}) == (
-        "step ship lease until in 30 s"
+    # Plain words: a running step runs (for how long), a lapsed lease is a lost worker.
+    assert text({"kind": "step", "step_key": "ship", "lease_expires_at": later}) == "running ship"
+    assert re.sub(
+        r"<[^>]+>",
+        "",
+        describe_waiting(
+            site,
+            {"kind": "step", "step_key": "ship", "lease_expires_at": later},
+            now,
+            since=now - timedelta(seconds=18),
+        ),
+    ) == ("running ship for 18 s")
+    assert text({"kind": "step", "step_key": "ship"}) == "queued ship waiting for a worker"
+    earlier = (now - timedelta(seconds=12)).isoformat()
+    assert text({"kind": "lease", "step_key": "ship", "lease_expires_at": earlier}) == (
+        "worker lost ship its worker went silent 12 s ago; another worker runs it again"
     )
     assert text({"kind": "child", "step_key": "invoice", "child_run_id": child}) == (
         "child invoice run abcd1234"

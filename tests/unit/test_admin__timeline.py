@@ -103,3 +103,51 @@ def test_a_run_with_no_duration_does_not_divide_by_zero():
     [bar] = build_chart(at(0), at(0), [("instant", attempts)]).lanes[0].bars
 
     assert (bar.left, bar.width) == ("0.000", "0.000")  # CSS gives it a minimum width
+
+
+def test_a_sleep_is_waiting_not_queued_and_a_live_one_keeps_its_colour():
+    sleeping = [Attempt(1, created_at=at(0), scheduled_at=at(0))]
+
+    chart = build_chart(at(0), at(10), [("cool-off", sleeping)], live=True, timers={"cool-off"})
+    [bar] = chart.lanes[0].bars
+
+    # The phase gives the colour; "live" only adds the stripes.
+    assert (bar.phase, bar.outcome) == ("waiting", "live")
+    assert "waiting (timer)" in bar.title
+
+
+def test_a_run_retried_hours_later_gets_a_broken_axis_and_stays_readable():
+    attempts = [
+        Attempt(1, created_at=at(0), running_at=at(1), failed_at=at(10)),
+        # An operator retried it three hours later.
+        Attempt(2, created_at=at(10_800), running_at=at(10_801), succeeded_at=at(10_810)),
+    ]
+
+    chart = build_chart(
+        at(0), at(10_810), [("charge", attempts)], [(at(10_800), "retry", "retry by ops")]
+    )
+
+    [gap] = chart.breaks
+    assert (gap.left, gap.width) == ("48.000", "4.000")
+    assert gap.title.startswith("2 h 59 min with nothing happening")
+    bars = {(bar.phase, bar.outcome): bar for bar in chart.lanes[0].bars}
+    # Both attempts are wide enough to read, not squashed into a pixel at each end.
+    assert float(bars[("running", "failed")].width) > 40
+    assert float(bars[("running", "succeeded")].width) > 40
+    # The retry is drawn after the break; the ticks mark the break's two sides.
+    assert float(chart.marks[0].left) == 52.0
+    # The break's near side is too close to its far side to print both: the far side stays.
+    assert [tick.label for tick in chart.ticks] == ["0", "+3 h"]
+    assert chart.ticks[1].left == "52.000"
+
+
+def test_a_short_gap_keeps_a_linear_axis():
+    attempts = [
+        Attempt(1, created_at=at(0), running_at=at(0), failed_at=at(10)),
+        Attempt(2, created_at=at(40), running_at=at(40), succeeded_at=at(100)),
+    ]
+
+    chart = build_chart(at(0), at(100), [("charge", attempts)])
+
+    assert chart.breaks == []
+    assert [tick.label for tick in chart.ticks][-1] == "+1 min 40 s"

@@ -1,9 +1,11 @@
-"""`manage.py demo_server`: prints where to log in, starts its children, stops them together."""
+"""`manage.py demo_server`: prints where to log in, starts its children (the worker reloading on
+code changes), prefixes each one's output with its name, stops them together."""
 
 from __future__ import annotations
 
+import signal
 import sys
-from io import StringIO
+from io import BytesIO, StringIO
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ class FakeChild:
         self.argv = argv
         self.returncode: int | None = None
         self.terminated = False
+        self.stdout = BytesIO(f"{argv[2]} says hello\nand goodbye\n".encode())
         FakeChild.started.append(self)
 
     def poll(self) -> int | None:
@@ -40,20 +43,25 @@ def children(monkeypatch) -> list[FakeChild]:
     FakeChild.started = []
     monkeypatch.setattr(demo_server.subprocess, "Popen", FakeChild)
     monkeypatch.setattr(demo_server, "POLL_SECONDS", 0)
+
+    def signal_group(child: FakeChild, signum: int) -> None:
+        child.terminate() if signum == signal.SIGTERM else child.kill()
+
+    monkeypatch.setattr(demo_server, "_signal_group", signal_group)
     return FakeChild.started
 
 
-WORKER = ["pikku_worker", "--workers", "2"]
+WORKER = ["pikku_worker", "--workers", "2", "--reload"]
 
 
-def test_child_commands__the_server_and_a_worker():
+def test_child_commands__the_server_and_a_worker_both_reloading():
     assert demo_server.child_commands("127.0.0.1:8000") == [
         ["runserver", "127.0.0.1:8000"],
         WORKER,
     ]
     assert demo_server.child_commands("8001", noreload=True) == [
         ["runserver", "8001", "--noreload"],
-        WORKER,
+        ["pikku_worker", "--workers", "2"],
     ]
 
 
@@ -89,6 +97,11 @@ def test_demo_server__prints_login_and_stops_children_on_interrupt(children, mon
     assert "admin / admin" in out.getvalue()
     assert "API:   http://127.0.0.1:8000/api/workflows/" in out.getvalue()
     assert "http://127.0.0.1:8000/api/workflows/schema/swagger/" in out.getvalue()
+    assert "seed_demo" not in out.getvalue()  # `make demo` seeds before it starts the server
+    lines = out.getvalue().splitlines()
+    assert "web    | runserver says hello" in lines
+    assert "worker | pikku_worker says hello" in lines
+    assert "worker | and goodbye" in lines
     server, worker = children
     assert server.argv[0] == sys.executable
     assert server.argv[1].endswith("manage.py")

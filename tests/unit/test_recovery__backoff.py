@@ -1,4 +1,4 @@
-"""RedispatchBackoff: per-run holds of 30 s doubling to 10 min, in bounded memory (DESIGN §4)."""
+"""RedispatchBackoff: per-run holds of 30 s doubling to 10 min, in bounded memory (docs/architecture.md §8)."""
 
 from __future__ import annotations
 

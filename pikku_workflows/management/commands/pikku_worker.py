@@ -1,7 +1,9 @@
-"""`manage.py pikku_worker`: a django-q2 cluster plus the pikku timer/recovery loop."""
+"""`manage.py pikku_worker`: a django-q2 cluster plus the pikku timer/recovery loop, registered
+as a `WorkflowWorker` row its loop keeps fresh; `--reload` restarts it on code changes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -9,7 +11,9 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
+
+logger = logging.getLogger("pikku_workflows.worker")
 
 
 class Command(BaseCommand):
@@ -21,8 +25,24 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--workers", type=int, default=None, help="worker processes")
         parser.add_argument("--cluster", default=None, help="django-q2 cluster (queue) name")
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Restart the worker when a Python file it loaded changes (development).",
+        )
 
-    def handle(self, *args: Any, workers: int | None, cluster: str | None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        workers: int | None,
+        cluster: str | None,
+        reload: bool = False,
+        **options: Any,
+    ) -> None:
+        if reload:
+            from pikku_workflows.management.reloader import Supervisor, child_arguments
+
+            sys.exit(Supervisor(child_arguments(), self.stdout).run())
         if cluster and os.environ.get("Q_CLUSTER_NAME") != cluster:
             # django-q2 reads Q_CLUSTER_NAME while Django sets up: start again with it set.
             os.execve(
@@ -34,7 +54,8 @@ class Command(BaseCommand):
         from django_q.conf import Conf
 
         from pikku_workflows.engine.recovery import run_timer_loop
-        from pikku_workflows.worker_process import arrange_forked_children
+        from pikku_workflows.worker_process import arrange_forked_children, steps_in_flight
+        from pikku_workflows.workers import WorkerRegistration
 
         if workers:
             Conf.WORKERS = workers
@@ -47,10 +68,13 @@ class Command(BaseCommand):
         connections.close_all()
         q_cluster.start()
         self.stdout.write(f"pikku_worker: cluster {q_cluster.name} started (pid {os.getpid()})")
+        registration = WorkerRegistration(Conf.CLUSTER_NAME, steps_in_flight)
         try:
-            run_timer_loop(stop)
+            _quietly(registration.register)  # else the loop's first heartbeat registers it
+            run_timer_loop(stop, on_tick=registration.beat)
         finally:
             stop_cluster(q_cluster)
+            _quietly(registration.unregister)
             connections.close_all()
         self.stdout.write("pikku_worker: stopped")
 
@@ -72,3 +96,11 @@ def stop_cluster(q_cluster: Any) -> None:
         if wait([q_cluster.sentinel.sentinel], timeout=0):
             stopper.join(1)  # a stop() that is not stuck returns at once now
             return
+
+
+def _quietly(work: Any) -> None:
+    """The worker row is for people to read: a database outage must not stop the worker."""
+    try:
+        work()
+    except DatabaseError:
+        logger.warning("pikku_workflows: could not update this worker's row", exc_info=True)
