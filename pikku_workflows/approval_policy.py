@@ -146,7 +146,7 @@ def _combination_problems(
         problems.append("on_expire 'escalate' needs escalate_to")
     if escalate_to and on_expire != OnExpire.ESCALATE:
         problems.append("escalate_to is only meaningful with on_expire 'escalate'")
-    if on_expire != OnExpire.REJECT and expires_in is None:
+    if on_expire in OnExpire.values and on_expire != OnExpire.REJECT and expires_in is None:
         problems.append(f"on_expire {on_expire!r} needs expires_in (nothing expires without it)")
     return problems
 

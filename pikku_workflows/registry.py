@@ -219,20 +219,8 @@ def graph_workflow_from_file(path: str | Path, *, name: str | None = None) -> Gr
 
 
 def graph_function_problems(graph: GraphDefinition, known: Registry) -> list[str]:
-    """One problem per node whose function is neither a step function nor a workflow, and
-    per node the engine cannot run yet."""
-    return function_problems(graph.nodes.values(), known.can_call) + _unsupported_nodes(graph)
-
-
-def _unsupported_nodes(graph: GraphDefinition) -> list[str]:
-    # Approval nodes park on a WorkflowApproval, which the approvals engine creates and decides;
-    # until it is part of this build a run could only stop at them, so none may start.
-    return [
-        f"node {node.id!r}: approval nodes need the approvals engine "
-        "(pikku_workflows.engine.approvals), which this build does not have yet"
-        for node in graph.nodes.values()
-        if node.approval is not None
-    ]
+    """One problem per node whose function is neither a step function nor a workflow."""
+    return function_problems(graph.nodes.values(), known.can_call)
 
 
 def validate_graph_functions(graph: GraphDefinition, known: Registry, name: str = "") -> None:

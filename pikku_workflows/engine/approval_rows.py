@@ -302,6 +302,9 @@ def _escalate_txn(approval: WorkflowApproval) -> None:
 
 def _finish_step_txn(approval: WorkflowApproval, target: str, **fields: Any) -> None:
     step = approval.step
+    if "result" in fields:
+        # A graph's approval node branches on its outcome ("approved", "rejected", "expired").
+        fields["branch_taken"] = fields["result"]["status"]
     moved = move_step_txn(step, target, expected=[StepStatus.WAITING], wake_at=None, **fields)
     if not moved:
         # The step is not waiting on this attempt: the approval cannot settle it (roll back).

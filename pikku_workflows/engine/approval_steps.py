@@ -24,21 +24,40 @@ from .transitions import create_step_txn, move_step_txn
 
 
 def run_approval(rp: ReplayPass, key: str, options: dict[str, Any]) -> ApprovalOutcome:
+    """`wf.approval(key, **options)`."""
     validate_step_key(key)
-    request = checked_request(form=form_path(options.pop("form", None)), **options)
     physical, from_key = rp.allocate_key(key)
-    step = rp.steps.get(physical)
+    return approval_at(rp, physical, from_key, options)
+
+
+def approval_at(
+    rp: ReplayPass,
+    key: str,
+    from_key: str | None,
+    options: dict[str, Any],
+    *,
+    data: Any = None,
+) -> ApprovalOutcome:
+    """The approval step `key` (already allocated): its outcome once settled; RunParked while
+    it waits; ApprovalExpired when it expired with on_expire="fail". `data` is what the step row
+    keeps of its request (a graph node keeps its options, to re-open it after a retry)."""
+    request = checked_request(form=form_path(options.get("form")), **_without_form(options))
+    step = rp.steps.get(key)
     if step is not None and step.kind != StepKind.APPROVAL:
-        raise NonDeterministicReplay(physical, step.function_name or step.kind, StepKind.APPROVAL)
+        raise NonDeterministicReplay(key, step.function_name or step.kind, StepKind.APPROVAL)
     if step is None or step.status == StepStatus.PENDING:
         # First reach, or a new attempt after retry_run re-armed an expired one.
-        step = _open(rp, physical, from_key, request, step)
+        step = _open(rp, key, from_key, request, step, data)
     if step.status == StepStatus.SUCCEEDED:
         return ApprovalOutcome.from_result(step.result or {})
     if step.status == StepStatus.FAILED:
         # Expired with on_expire="fail": the body may catch it, else the run fails with it.
-        raise ApprovalExpired(physical, approval_id_for(step.pk, step.attempt))
-    raise RunParked(physical)
+        raise ApprovalExpired(key, approval_id_for(step.pk, step.attempt))
+    raise RunParked(key)
+
+
+def _without_form(options: dict[str, Any]) -> dict[str, Any]:
+    return {option: value for option, value in options.items() if option != "form"}
 
 
 def _open(
@@ -47,6 +66,7 @@ def _open(
     from_key: str | None,
     request: ApprovalRequest,
     step: WorkflowStep | None,
+    data: Any,
 ) -> WorkflowStep:
     """Park the step and open its approval in one commit (a crash can leave neither half);
     the step's timer is the deadline, on the database clock."""
@@ -63,6 +83,7 @@ def _open(
                 retries=0,
                 attempt_limit=1,
                 wake_in_ms=request.expires_in_ms,
+                data=data,
             )
         else:
             deadline = database_in(request.expires_in_ms / 1000) if request.expires_in_ms else None

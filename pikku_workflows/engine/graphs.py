@@ -2,8 +2,8 @@
 
 It plans from the run's steps (the pure planner of `pikku_workflows.graph`), starts every node
 instance the plan fires through the same step paths as `wf.do` (a queued node dispatched to a
-worker, an in-process one run here, a workflow started as a child run; attempts, retries, leases
-and fencing as for any step), drives the instances in flight that this pass can move, and plans
+worker, an in-process one run here, a workflow started as a child run, an approval opened as by
+`wf.approval`; attempts, retries, leases and fencing as for any step), drives the instances in flight that this pass can move, and plans
 again, until the run completes, fails, or waits on something outside the pass.
 """
 
@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..conf import pikku_settings
-from ..exceptions import GraphRunFailed, RunParked, StepFailed
+from ..exceptions import ApprovalExpired, GraphRunFailed, RunParked, StepFailed
 from ..graph import Fire, GraphDefinition, NodeState, plan
 from ..models import WorkflowStep
 from ..retry import RetryPolicy
+from ..status import StepKind
+from .approval_steps import approval_at
 from .replay import ReplayPass
 from .steps import StepCall, drive_call, leaves_the_pass, named_call, queue_new_step
 from .versions import run_graph_definition
@@ -77,19 +79,24 @@ class _GraphPass:
 
     def _start(self, fires: tuple[Fire, ...], *, last_of_pass: bool) -> None:
         """Start every fired instance: queued ones first, each recorded pending and handed to
-        the queue (their workers start while this pass runs the in-process ones, in parallel).
+        the queue (their workers start while this pass opens approvals and runs the in-process
+        ones, in parallel).
 
         When nothing else is left for this pass, the last queued instance goes the way of any
         `wf.do`: run in place when the pass runs on a worker of its cluster with budget left,
         else the single-statement dispatch, which may hand the run lease back in the same write
         (so it must be the pass's last write) and ends the pass.
         """
-        calls = [self._fire_call(fire) for fire in fires]
+        approvals = [(f.key, f.from_key, f.approval) for f in fires if f.approval is not None]
+        calls = [self._fire_call(fire) for fire in fires if fire.approval is None]
         queued = [call for call in calls if leaves_the_pass(self.rp, call)]
         local = [call for call in calls if not leaves_the_pass(self.rp, call)]
-        last = queued.pop() if queued and not local and last_of_pass else None
+        alone = not local and not approvals and last_of_pass
+        last = queued.pop() if queued and alone else None
         for call in queued:
             self._drive(call, queue_new_step)
+        for key, from_key, options in approvals:
+            self._approval(key, from_key, options)
         for call in local:
             self._drive(call)
         if last is not None:
@@ -97,9 +104,14 @@ class _GraphPass:
 
     def _drive_in_flight(self, keys: list[str]) -> None:
         """Move what this pass can of the instances in flight: a due retry, a lapsed lease, a
-        pending step whose message was lost, a child run that ended."""
+        pending step whose message was lost, a child run that ended, an approval re-armed by
+        retry_run (a pending one only parks again)."""
         for key in keys:
-            self._drive(self._recorded_call(self.rp.steps[key]))
+            step = self.rp.steps[key]
+            if step.kind == StepKind.APPROVAL:
+                self._approval(key, step.from_step_key, step.data or {})
+            else:
+                self._drive(self._recorded_call(step))
 
     def _drive(
         self, call: StepCall, start: Callable[[ReplayPass, StepCall], Any] = drive_call
@@ -111,14 +123,19 @@ class _GraphPass:
         except StepFailed:
             pass  # exhausted: the next plan fails the node (after its on_error handler)
 
+    def _approval(self, key: str, from_key: str | None, options: dict[str, Any]) -> None:
+        """An approval node's instance, through the steps of `wf.approval`: its step keeps the
+        options it was opened with. The outcome's status is the branch it took."""
+        try:
+            approval_at(self.rp, key, from_key, options, data=options)
+        except RunParked:
+            self.parked.add(key)
+        except ApprovalExpired:
+            pass  # expired with on_expire "fail": the next plan fails the node
+
     def _fire_call(self, fire: Fire) -> StepCall:
         node = self.definition.node(fire.node)
-        if node.function is None:
-            # Refused at start (registry.graph_function_problems) until approval nodes run.
-            message = f"Graph node {node.id!r} is an approval node, which this engine cannot run."
-            raise GraphRunFailed(
-                {"code": "INVALID_INPUT", "message": message, "step_key": fire.key}
-            )
+        assert node.function is not None
         policy = node.retry_policy(pikku_settings.DEFAULT_STEP_RETRIES)
         return named_call(fire.key, fire.from_key, node.function, fire.input, policy)
 

@@ -10,7 +10,7 @@ from ..durations import parse_duration
 from ..exceptions import InvalidInput
 from ..retry import EXPONENTIAL
 from ..serialization import NotStorableJson, round_trip
-from .approval_options import approval_problems
+from .approval_options import approval_problems, outcome_branch_problems
 from .nodes import MAX_VISITS_LIMIT, MODES, RETRIES_LIMIT
 from .references import (
     BUILTIN_ROOTS,
@@ -75,7 +75,7 @@ def _action_problems(node: dict[str, Any], node_ids: Collection[str]) -> list[st
         if not isinstance(function, str) or not function.strip():
             return [f"function must be a step function name, not {function!r}"]
         return []
-    problems = approval_problems(node["approval"])
+    problems = approval_problems(node["approval"]) + outcome_branch_problems(node.get("next"))
     if isinstance(node["approval"], dict) and "data" in node["approval"]:
         problems += data_problems("approval.data", node["approval"]["data"], node_ids, False)
     return problems

@@ -104,10 +104,9 @@ def order_fulfilment(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- Onboarding: a graph workflow, defined as data in onboarding.json --------------------------
-# A branch (route: vip or standard), a fan-out and its join (crm and billing, then route), a
-# for_each (invite, one team at a time) and an on_error node (alert_sales). An approval node
-# ("manager_ok" before account_manager) joins it once the approvals engine is part of the app:
-# until then the engine refuses graphs with approval nodes at start.
+# A branch (route: vip or standard), a fan-out and its join (crm and billing, then route), an
+# approval node (manager_ok: a manager assigns an enterprise customer an account manager), a
+# for_each (invite, one team at a time) and an on_error node (alert_sales).
 
 
 class SignupRejected(Exception):

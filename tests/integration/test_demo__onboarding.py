@@ -1,6 +1,7 @@
 """The demo's onboarding graph (project/demo/onboarding.json) runs both of its branches: the
-fan-out to the CRM (queued) and billing joins at `route`, which picks vip or standard; the
-standard path invites each team one by one."""
+fan-out to the CRM (queued) and billing joins at `route`, which picks vip or standard; the vip
+path waits for a manager's approval (approved: an account manager; rejected: a plain welcome);
+the standard path invites each team one by one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus
+from tests.approvals import approval_of, person
 from tests.graph_runs import step_keys
 from tests.queue import drain_queue
 
@@ -23,17 +25,45 @@ def test_onboarding__is_registered_from_its_json_file():
     assert set(definition.graph.nodes) >= {"validate", "crm", "billing", "route", "invite"}
 
 
-def test_onboarding__an_enterprise_signup_meets_its_account_manager():
+def enterprise_signup() -> str:
     run_id = pw.start_workflow(
         "onboarding", {"name": "Katherine", "email": "k@example.com", "plan": "enterprise"}
     )
     drain_queue()
+    return run_id
+
+
+def test_onboarding__an_enterprise_signup_waits_for_a_manager_with_what_they_decide_on():
+    run_id = enterprise_signup()
 
     run = WorkflowRun.objects.get(pk=run_id)
-    assert run.status == RunStatus.COMPLETED
-    assert run.state == {"tier": "vip"}
-    subject = run.output["account_manager"]["subject"]
-    assert subject.startswith("Katherine, meet your account manager (account acct_")
+    approval = approval_of(run_id, "manager_ok")
+    assert (run.status, approval.status, approval.approvers) == (
+        RunStatus.RUNNING,
+        "pending",
+        ["group:managers"],
+    )
+    assert approval.request_data["customer"] == "Katherine"
+    assert approval.request_data["account"].startswith("acct_")
+
+
+@pytest.mark.parametrize(("approve", "node"), [(True, "account_manager"), (False, "vip_welcome")])
+def test_onboarding__the_managers_decision_picks_the_welcome(approve, node):
+    run_id = enterprise_signup()
+
+    pw.decide_approval(
+        approval_of(run_id, "manager_ok").pk, approve=approve, by=person("boss", "managers")
+    )
+    drain_queue()
+
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert (run.status, run.state, list(run.output)) == (
+        RunStatus.COMPLETED,
+        {"tier": "vip"},
+        [node],
+    )
+    expected = "meet your account manager" if approve else "Welcome aboard, Katherine: your account"
+    assert expected in run.output[node]["subject"]
     assert "welcome" not in step_keys(run_id)
 
 

@@ -1,7 +1,6 @@
 """Graph node options through the engine: retries and retry_delay on the step rows, failure only
 after exhaustion (GRAPH_NODE_FAILED), on_error nodes, a workflow as a node (a child run),
-`ctx.set_state`, and the checks at start (unknown step functions, approval nodes) that write
-nothing."""
+`ctx.set_state`, and the check at start (unknown step functions) that writes nothing."""
 
 from __future__ import annotations
 
@@ -277,26 +276,6 @@ def test_graph__unknown_step_functions_at_start_list_every_problem_and_write_not
         "node 'a': unknown step function 'g.nope'",
         "node 'b': unknown step function 'g.neither'",
     ]
-    assert not WorkflowRun.objects.exists()
-
-
-def test_graph__approval_nodes_are_refused_at_start_until_the_approvals_engine_exists(calls):
-    pw.graph_workflow(
-        "graph.approval",
-        {
-            "entry": "ok",
-            "nodes": {
-                "ok": {"approval": {"approvers": ["group:managers"]}, "next": "a"},
-                "a": {"function": "g.echo"},
-            },
-        },
-    )
-
-    with pytest.raises(pw.InvalidInput) as raised:
-        pw.start_workflow("graph.approval", {})
-
-    assert len(raised.value.problems) == 1
-    assert "approval nodes need the approvals engine" in raised.value.problems[0]
     assert not WorkflowRun.objects.exists()
 
 
