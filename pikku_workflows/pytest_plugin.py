@@ -5,6 +5,10 @@
 def test_order_ships(db, workflows):
     run_id = pw.start_workflow("order_fulfilment", {"id": 7, "amount": 12})
     assert workflows.drain(run_id, advance="10m")["status"] == "completed"
+
+def test_a_large_order_waits_for_a_manager(db, workflows, manager):  # manager: a user of yours
+    run_id = pw.start_workflow("order_fulfilment", {"id": 8, "amount": 900})
+    assert workflows.approve(run_id, "manager-ok", by=manager)["status"] == "completed"
 ```
 
 It asks for no database access itself: use it with pytest-django's `db`, `transactional_db` or
@@ -20,7 +24,12 @@ import pytest
 
 @pytest.fixture
 def workflows() -> SimpleNamespace:
-    """`drain(run_id=None, *, advance=None)` from `pikku_workflows.testing`."""
+    """`drain`, `approve`, `reject` and `signal` from `pikku_workflows.testing`."""
     from pikku_workflows import testing
 
-    return SimpleNamespace(drain=testing.drain)
+    return SimpleNamespace(
+        drain=testing.drain,
+        approve=testing.approve,
+        reject=testing.reject,
+        signal=testing.signal,
+    )

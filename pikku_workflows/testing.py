@@ -10,8 +10,9 @@ assert drain(run_id, advance="10m")["status"] == "completed"
 
 It works inside Django's `TestCase` (whose transaction never commits, so no queue message is
 ever sent: `drain` reads what to do from the tables, as recovery does) and in pytest with
-`django_db` or `transactional_db`, on SQLite and PostgreSQL. The pytest plugin exposes it as
-the `workflows` fixture (`workflows.drain(...)`).
+`django_db` or `transactional_db`, on SQLite and PostgreSQL. `approve`, `reject` and `signal`
+do what a person or another system would, then drain. The pytest plugin exposes all four as
+the `workflows` fixture (`workflows.drain(...)`, `workflows.approve(...)`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,65 @@ def drain(
     skip = timedelta(milliseconds=parse_duration(advance, what="advance")) if advance else None
     _Drainer(root, limit).run(skip)
     return None if root is None else get_run_status(root)
+
+
+def approve(
+    run_id: Any, step_key: str, *, by: Any, comment: str = "", data: Any = None
+) -> dict[str, Any]:
+    """Drain the run until it waits on the approval step `step_key`, approve it as the user
+    `by` (under the approval's own approvers, policy and permission: a test that approves as
+    someone who may not gets `pw.ApprovalForbidden`), and drain again; returns the run's status
+    summary."""
+    return _decide(run_id, step_key, True, by, comment, data)
+
+
+def reject(
+    run_id: Any, step_key: str, *, by: Any, comment: str = "", data: Any = None
+) -> dict[str, Any]:
+    """`approve`, rejecting."""
+    return _decide(run_id, step_key, False, by, comment, data)
+
+
+def signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) -> dict[str, Any]:
+    """Send the signal `name` to the run (`pw.send_signal`) and drain it; returns the run's
+    status summary."""
+    from .engine.signals import send_signal
+
+    send_signal(run_id, name, payload, by=by)
+    return drain(run_id) or {}
+
+
+def _decide(
+    run_id: Any, step_key: str, approve: bool, by: Any, comment: str, data: Any
+) -> dict[str, Any]:
+    from .engine.approvals import decide_approval
+
+    drain(run_id)
+    decide_approval(
+        _pending_approval_id(run_id, step_key), approve=approve, by=by, comment=comment, data=data
+    )
+    return drain(run_id) or {}
+
+
+def _pending_approval_id(run_id: Any, step_key: str) -> Any:
+    from .engine.reads import run_pk
+    from .models import WorkflowApproval
+    from .status import ApprovalStatus
+
+    pending = WorkflowApproval.objects.filter(
+        run_id=run_pk(run_id), step__step_key=step_key, status=ApprovalStatus.PENDING
+    ).values_list("pk", flat=True)
+    found = pending.first()
+    if found is None:
+        raise ApprovalNotPending(
+            f"Run {run_id} has no pending approval at step {step_key!r} (after draining it): "
+            "check the key, and that the run got that far."
+        )
+    return found
+
+
+class ApprovalNotPending(AssertionError):
+    """`approve`/`reject` found no pending approval at that step: the test's premise is wrong."""
 
 
 class _Drainer:
