@@ -84,6 +84,8 @@ class WorkflowRun(models.Model):
             ),
         ]
         indexes = [
+            # The API's run list pages on (created_at, id), newest first, with no filter.
+            models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
             # The admin counts runs per version ("started on an older version").

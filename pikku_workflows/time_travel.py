@@ -111,7 +111,12 @@ def resolve_seq(events: Sequence[Mapping[str, Any]], at: Any = None) -> int:
 def _parse_point(text: str) -> int | datetime:
     stripped = text.strip()
     if stripped.lstrip("-").isdigit():
-        return int(stripped)
+        try:
+            return int(stripped)
+        except ValueError:  # digits int() refuses: superscripts, more than Python's limit
+            raise InvalidInput(
+                f"`at` must be a seq or an ISO 8601 datetime, not {text!r}."
+            ) from None
     try:
         parsed = dateparse.parse_datetime(stripped)
     except ValueError:

@@ -370,7 +370,9 @@ def test_resolve_seq__strings_are_a_seq_or_an_iso_datetime(text, expected):
     assert resolve_seq(retried_step(), text) == expected
 
 
-@pytest.mark.parametrize("bad", [9, -2, True, 1.5, "yesterday", "2025-13-45T00:00:00"])
+@pytest.mark.parametrize(
+    "bad", [9, -2, True, 1.5, "yesterday", "2025-13-45T00:00:00", "²", "9" * 5000, "1" * 30]
+)
 def test_resolve_seq__out_of_range_or_unreadable_is_invalid_input(bad):
     with pytest.raises(pw.InvalidInput):
         resolve_seq(retried_step(), bad)
