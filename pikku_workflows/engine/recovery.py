@@ -71,10 +71,13 @@ def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
     resume runs whose pass died holding the run lease and runs stalled with nothing in flight.
     Returns counts by kind."""
+    # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
+    # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
+    relaying: set[str] = set()
     return {
         "timers": fire_due_timers(),
-        "lapsed": _redispatch(_lapsed_steps()),
-        "relayed": _redispatch(_undispatched_steps()) + _resume(_unstarted_runs()),
+        "lapsed": _redispatch(_lapsed_steps(), relaying),
+        "relayed": _redispatch(_undispatched_steps(), relaying) + _resume(_unstarted_runs()),
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
     }
@@ -109,11 +112,13 @@ def _step_rows(steps: Any) -> list[dict[str, Any]]:
     return list(rows[:batch])
 
 
-def _redispatch(rows: list[dict[str, Any]]) -> int:
+def _redispatch(rows: list[dict[str, Any]], relaying: set[str]) -> int:
     count = 0
     for row in rows:
-        if not backoff.allow(row["run_id"], row["progress"]):
+        run = str(row["run_id"])
+        if run not in relaying and not backoff.allow(run, row["progress"]):
             continue
+        relaying.add(run)
         try:
             dispatch_woken(row["run_id"], row["step_key"], row["function_name"])
         except WorkflowDispatchException:

@@ -20,6 +20,7 @@ from pikku_workflows.engine.recovery import RedispatchBackoff
 from pikku_workflows.engine.timers import fire_due_timers
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.graph_runs import Calls, register_graph_functions
 from tests.queue import drain_queue, queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -325,6 +326,31 @@ def test_recover__backoff_is_per_run(ran, monkeypatch):
     drain_queue()
     assert run_of(second).status == RunStatus.COMPLETED
     assert run_of(first).status == RunStatus.RUNNING
+
+
+def test_recover__relays_every_lost_step_of_a_fan_out_in_one_sweep(monkeypatch):
+    from pikku_workflows.engine import recovery
+
+    register_graph_functions(Calls())
+    branches = ["a", "b", "c"]
+    nodes = {key: {"function": "g.q_echo"} for key in branches}
+    pw.graph_workflow(
+        "rec.fan_out",
+        {"entry": "start", "nodes": {"start": {"function": "g.echo", "next": branches}, **nodes}},
+    )
+    clock = FakeClock()
+    monkeypatch.setattr(recovery, "backoff", RedispatchBackoff(clock=clock))
+    run_id = pw.start_workflow("rec.fan_out", {})
+    orchestrate(run_id)
+    lose_every_message()
+
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 3
+    lose_every_message()  # lost again: the run is held, all of its steps with it
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 0
+    clock.now += 30
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 3
+    drain_queue()
+    assert run_of(run_id).status == RunStatus.COMPLETED
 
 
 def test_recover__one_sweep_holds_the_other(ran, monkeypatch):
