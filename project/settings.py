@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django import conf as django_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -139,9 +140,14 @@ PIKKU_WORKFLOWS: dict[str, Any] = {
 }
 
 # The demo e-mails managers when an order waits for their approval; the console shows the mail.
-EMAIL_BACKEND = os.environ.get(
+# Django 6.1 configures mail with MAILERS and deprecates EMAIL_BACKEND; 5.2 and 6.0 know only that.
+_EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
 )
+if hasattr(django_conf, "DEPRECATED_EMAIL_SETTINGS"):
+    MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND}}
+else:
+    EMAIL_BACKEND = _EMAIL_BACKEND
 DEFAULT_FROM_EMAIL = "pikku-demo@example.com"
 DEMO_SITE_URL = os.environ.get("DEMO_SITE_URL", "http://127.0.0.1:8000")
 

@@ -1,6 +1,7 @@
 """`manage.py seed_demo`: the demo's superuser (admin/admin), a manager (manager/manager), a
 clerk who places orders, and a few orders; one of them waits for a manager's approval in the
-inbox. Safe to run again."""
+inbox (and, once a worker ran it, so does the enterprise signup's onboarding). Safe to run
+again."""
 
 from __future__ import annotations
 
