@@ -104,7 +104,7 @@ def checked_request(
     except NotStorableJson as exc:
         problems.append(f"data is not storable JSON: {exc}")
         stored = None
-    problems += _combination_problems(policy, quorum, names, on_expire, escalation, expires_in)
+    problems += _combination_problems(policy, quorum, names, on_expire, escalate_to, expires_in)
     if problems:
         raise InvalidInput(problems=[f"wf.approval: {problem}" for problem in problems])
     return ApprovalRequest(
@@ -127,9 +127,10 @@ def _combination_problems(
     quorum: Any,
     approvers: Sequence[str],
     on_expire: Any,
-    escalate_to: Sequence[str],
+    escalate_to: Any,
     expires_in: Any,
 ) -> list[str]:
+    # Options as given (but approvers, checked): one bad escalate_to entry is one problem.
     problems = []
     if policy == ApprovalPolicy.QUORUM:
         if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:

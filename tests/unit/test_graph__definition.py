@@ -90,14 +90,16 @@ def test_parse_definition__an_approval_node_depends_on_its_data():
         "entry": "q",
         "nodes": {
             "q": {"function": "f", "next": "ok"},
-            "ok": {"approval": {"policy": "all", "data": {"t": {"$ref": "q"}}}},
+            "ok": {
+                "approval": {"policy": "all", "approvers": ["ann"], "data": {"t": {"$ref": "q"}}}
+            },
         },
     }
 
     node = parse_definition(raw).node("ok")
 
     assert node.function is None
-    assert node.approval == {"policy": "all", "data": {"t": {"$ref": "q"}}}
+    assert node.approval == {"policy": "all", "approvers": ["ann"], "data": {"t": {"$ref": "q"}}}
     assert node.depends_on == ("q",)
 
 

@@ -297,6 +297,59 @@ def test_validation__an_on_error_handler_is_used_only_as_one():
     ]
 
 
+def test_validation__an_on_error_handler_cannot_be_an_entry_nor_fan_out():
+    nodes = {
+        "a": fn(on_error="h"),
+        "h": fn(for_each={"$ref": "trigger", "path": "items"}),
+    }
+
+    found = structure_problems({"entry": ["a", "h"], "nodes": nodes})
+
+    prefix = "node 'h' is the on_error handler of ['a'], so it cannot "
+    assert prefix + "be an entry" in found
+    assert prefix + "have for_each" in found
+
+
+def test_validation__a_branch_whose_targets_are_malformed():
+    problem = only_problem({"a": fn({"ok": 3})})
+
+    assert problem == (
+        "node 'a': next['ok'] must be a node id, a list of node ids or {branch: ids}, not 3"
+    )
+
+
+def test_validation__approval_data_that_is_not_storable_json():
+    problem = only_problem({"a": {"approval": {"data": {"total": math.nan}}}})
+
+    assert problem.startswith("node 'a': approval.data is not storable JSON: ")
+
+
+def test_validation__escalate_to_is_checked_like_approvers():
+    approval = {"expires_in": "1d", "on_expire": "escalate", "escalate_to": ["group:"]}
+
+    problem = only_problem({"a": {"approval": approval}})
+
+    assert problem == "node 'a': approval: escalate_to: approver 'group:' names no group"
+
+
+def test_validation__a_top_level_value_that_is_not_storable_json():
+    raw = {"entry": "a", "nodes": {"a": fn()}, "description": "nul \x00 inside"}
+
+    with pytest.raises(InvalidInput) as caught:
+        parse_definition(raw)
+
+    assert caught.value.problems[0].startswith("the definition is not storable JSON: ")
+
+
+def test_validation__one_problem_without_a_name_reads_in_the_singular():
+    with pytest.raises(InvalidInput) as caught:
+        parse_definition({"entry": "a", "nodes": {"a": fn("ghost")}})
+
+    assert str(caught.value) == (
+        "The graph definition is invalid (1 problem):\n- node 'a': next names unknown node 'ghost'"
+    )
+
+
 # --- node ids and options ----------------------------------------------------------------
 
 
