@@ -25,7 +25,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "pikku_workflows API",
     "DESCRIPTION": (
         "Durable workflows for Django: start runs, watch them (timeline, state, live events) "
-        "and operate them, and decide their approvals. "
+        "and operate them; decide their approvals and send them signals. "
         'Every error answers `{"code", "detail"}`; validation errors add `fields`.'
     ),
     "VERSION": API_VERSION,
@@ -77,6 +77,13 @@ RUN_ERRORS: dict[int, tuple[type, str]] = {
         "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
     ),
     409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
+}
+
+# What the errors of a signal to a run carry.
+SIGNAL_ERRORS: dict[int, tuple[type, str]] = {
+    **RUN_ERRORS,
+    404: (ErrorSerializer, "RUN_NOT_FOUND (or not yours to see)."),
+    409: (ErrorSerializer, "INVALID_TRANSITION: the run has ended and takes no more signals."),
 }
 
 # What the errors of reading an approval carry.

@@ -11,10 +11,11 @@ from rest_framework import serializers
 from ..approval_policy import ApprovalPolicy, OnExpire
 from ..querysets import WAITING_KINDS
 from ..status import ApprovalStatus, RunStatus, StepStatus
-from ..validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH
+from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 
 MAX_REASON = REASON_MAX_LENGTH
 MAX_KEY = KEY_MAX_LENGTH
+MAX_SIGNAL_NAME = NAME_MAX_LENGTH
 
 
 class CommaSeparatedChoiceField(serializers.MultipleChoiceField):
@@ -165,6 +166,15 @@ class ReassignSerializer(serializers.Serializer):
         default="",
         max_length=MAX_REASON,
         help_text="Recorded in the audit trail with your username.",
+    )
+
+
+class SignalSerializer(serializers.Serializer):
+    payload = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Any JSON: what the run's `wf.wait_for_signal` returns.",
     )
 
 

@@ -32,9 +32,10 @@ class Purchase(forms.Form):
 
 
 class Shop:
-    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend, sleep or
-    ask for an approval (`approval=` `wf.approval`'s options), ship; like tests/shop.py's, plus
-    the user who started each run (the API shows a user the runs they started)."""
+    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend, sleep,
+    ask for an approval (`approval=` `wf.approval`'s options) or wait for a signal (`signal=`
+    its name), ship; like tests/shop.py's, plus the user who started each run (the API shows a
+    user the runs they started)."""
 
     def __init__(self) -> None:
         self.broken = False
@@ -69,6 +70,8 @@ class Shop:
             if input.get("approval") is not None:
                 decision = wf.approval("approval", **input["approval"])
                 output["approval"] = {"approved": decision.approved, "data": decision.data}
+            if input.get("signal"):
+                output["signal"] = wf.wait_for_signal("signal", input["signal"])
             return {**output, "ship": wf.do("ship", "api_tests.ship", {})}
 
     def start(self, user: Any = None, **input: Any) -> WorkflowRun:

@@ -73,6 +73,7 @@ def test_schema__covers_every_endpoint_of_the_api_and_nothing_else(client):
             "runs/{id}/resume/",
             "runs/{id}/retry/",
             "runs/{id}/fork/",
+            "runs/{id}/signals/{name}/",
             "approvals/",
             "approvals/{id}/",
             "approvals/{id}/approve/",
@@ -105,6 +106,7 @@ def real_runs(shop, operator) -> list[str]:
         shop.start(operator, review=True),
         shop.start(operator, sleep="1h"),
         shop.start(operator, sleep="1h"),
+        shop.start(operator, signal="payment.settled"),
     ]
     return [str(run.pk) for run in runs]
 
@@ -151,7 +153,7 @@ def test_schema__fuzzed_requests_never_fail_the_server_or_the_schema(
     headers = {"Authorization": f"Token {Token.objects.create(user=operator).key}"}
     known_runs, known_approvals = itertools.cycle(real_runs), itertools.cycle(real_approvals)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 20
+    assert len(operations) == 21
 
     def exercise(case: Any) -> None:
         case.call_and_validate(headers=headers, checks=CHECKS)
