@@ -1,11 +1,21 @@
 """The engine internals the API uses beyond `import pikku_workflows as pw`, imported here only,
 so that an engine rename is a one-line change: the summary builder (one run's summary from rows
-read in bulk, for the list) and the operation rules (which statuses each operation accepts, as
-the admin offers them too)."""
+read in bulk, for the list), the operation rules (which statuses each operation accepts, as
+the admin offers them too), and the approvals' reads (one approval as a dict from prefetched
+rows, and which approvals a user may decide or see, as the admin's inbox judges them)."""
 
 from __future__ import annotations
 
+from ..engine.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.control import OPERATION_RULES, Rule
 from ..engine.reads import summarize
 
-__all__ = ["OPERATION_RULES", "Rule", "summarize"]
+__all__ = [
+    "OPERATION_RULES",
+    "Rule",
+    "approval_dict",
+    "approval_pk",
+    "decidable_by",
+    "summarize",
+    "visible_to",
+]

@@ -1,4 +1,5 @@
-"""The run filters of the list, the counts and the bulk operations (one FilterSet for all three).
+"""The run filters of the list, the counts and the bulk operations (one FilterSet for all three),
+and the approval filters of the approval list.
 
 Repeatable filters (`status`, `workflow`, `id`) take `?status=a&status=b` and `?status=a,b`
 alike (OR). Booleans take `true|false|1|0`. `started_*`/`finished_*` bound a half-open window:
@@ -22,9 +23,10 @@ from django.utils.datastructures import MultiValueDict
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from ..models import WorkflowRun
+from ..models import WorkflowApproval, WorkflowRun
 from ..querysets import WAITING_KINDS
-from ..status import RunStatus
+from ..status import ApprovalStatus, RunStatus
+from .engine_internals import decidable_by
 
 MAX_TEXT = 255
 
@@ -214,3 +216,31 @@ def _query_value(item: str | float) -> str:
     if isinstance(item, bool):
         return "true" if item else "false"
     return str(item)
+
+
+class ApprovalFilterSet(django_filters.FilterSet):
+    """`?status=pending&mine=1&run=<uuid>` (DESIGN §7)."""
+
+    status = _array_of({"type": "string", "enum": ApprovalStatus.values})(
+        ListFilter(
+            field_name="status",
+            item_field=forms.ChoiceField(choices=ApprovalStatus.choices),
+            help_text="Approval statuses (OR).",
+        )
+    )
+    mine = StrictBooleanFilter(
+        method="filter_mine",
+        help_text="true: only those you may decide now (pending, you match the approvers, "
+        "hold the decide permission and have not decided yet); false: all but those.",
+    )
+    run = django_filters.UUIDFilter(field_name="run_id", help_text="The approvals of one run.")
+
+    class Meta:
+        model = WorkflowApproval
+        fields: list[str] = []
+
+    def filter_mine(self, queryset: QuerySet, name: str, value: bool) -> QuerySet:
+        user = self.request.user if self.request is not None else None
+        if value:
+            return decidable_by(user, queryset)
+        return queryset.exclude(pk__in=decidable_by(user).values("pk"))

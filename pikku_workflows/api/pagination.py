@@ -1,4 +1,5 @@
-"""Cursor pagination of the run list on (created_at, id): stable under inserts, no COUNT query."""
+"""Cursor pagination of the run and approval lists on (created_at, id): stable under inserts, no
+COUNT query."""
 
 from __future__ import annotations
 
@@ -44,3 +45,10 @@ class RunCursorPagination(CursorPagination):
             if moment is None:
                 raise ValidationError({self.cursor_query_param: [self.invalid_cursor_message]})
         return cursor
+
+
+class ApprovalCursorPagination(RunCursorPagination):
+    """Approvals newest first, ties broken by id (the list has no `ordering` filter)."""
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        return DEFAULT_ORDERING

@@ -5,6 +5,10 @@ Reads: holders of `view_workflowrun` see every run, other users the runs they st
 exist for the user: 404 on every endpoint under it, before any permission is asked.
 Writes: starting a run needs `add_workflowrun`; each operation its own model permission
 (`cancel_workflowrun`, `suspend_…`, `resume_…`, `retry_…`, `fork_…`), else 403, run untouched.
+Approvals: visible to those who may decide them (or did) and to those who may read their run,
+as the admin's inbox judges it, within the hook's runs; deciding needs
+`decide_workflowapproval`, reassigning `reassign_workflowapproval` (then the engine judges the
+approval's policy).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from rest_framework.request import Request
 
 import pikku_workflows as pw
 
+from ..approval_policy import DECIDE_PERMISSION, REASSIGN_PERMISSION
 from ..conf import pikku_settings
-from ..models import WorkflowRun
+from ..models import WorkflowApproval, WorkflowRun
+from .engine_internals import visible_to
 
 
 def run_permission(action: str) -> str:
@@ -38,11 +44,31 @@ def visible_runs(request: Request) -> QuerySet[WorkflowRun]:
         return runs.none()
     if not user.has_perm(run_permission("view")):
         runs = runs.filter(started_by=user.pk)
+    return _narrowed(request, runs)
+
+
+def _narrowed(request: Request, runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+    """`runs` as the host's RUN_QUERYSET_FILTER narrows them for this request (tenants)."""
     hook = pikku_settings.RUN_QUERYSET_FILTER
     if hook:
         narrow = import_string(hook) if isinstance(hook, str) else hook
         runs = narrow(request, runs)
     return runs
+
+
+def visible_approvals(request: Request) -> QuerySet[WorkflowApproval]:
+    """The approvals this user may read: those they may decide now or have decided, and those
+    of runs they may read (every one with `view_workflowrun` or `view_workflowapproval`), as
+    the admin's inbox shows them; always within the runs the host's hook leaves this request,
+    so a tenant never sees another's approvals, even one anybody holding the decide permission
+    may decide."""
+    user = request.user
+    approvals = WorkflowApproval.objects.all()
+    if not user.is_authenticated:
+        return approvals.none()
+    if pikku_settings.RUN_QUERYSET_FILTER:
+        approvals = approvals.filter(run__in=_narrowed(request, WorkflowRun.objects.all()))
+    return visible_to(user, approvals)
 
 
 def run_uuid(run_id: Any) -> uuid.UUID:
@@ -82,3 +108,21 @@ class RunPermission(IsAuthenticated):
     def _allowed(request: Request, view: Any) -> bool:
         action = view.required_action()
         return action is None or request.user.has_perm(run_permission(action))
+
+
+# The model permission each approval action needs, beyond seeing the approval.
+APPROVAL_PERMISSIONS = {
+    "approve": DECIDE_PERMISSION,
+    "reject": DECIDE_PERMISSION,
+    "reassign": REASSIGN_PERMISSION,
+}
+
+
+class ApprovalPermission(IsAuthenticated):
+    """Authenticated; deciding and reassigning also need their model permission, judged on the
+    object once the approval was found visible (so an approval the user may not see stays a
+    404). Whether the approval's policy lets this user decide is the engine's judgement."""
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        permission = APPROVAL_PERMISSIONS.get(view.action)
+        return permission is None or request.user.has_perm(permission)

@@ -25,8 +25,8 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "pikku_workflows API",
     "DESCRIPTION": (
         "Durable workflows for Django: start runs, watch them (timeline, state, live events) "
-        'and operate them. Every error answers `{"code", "detail"}`; validation errors add '
-        "`fields`."
+        "and operate them; decide their approvals and send them signals. "
+        'Every error answers `{"code", "detail"}`; validation errors add `fields`.'
     ),
     "VERSION": API_VERSION,
     "PREPROCESSING_HOOKS": ["pikku_workflows.api.schema.only_this_api"],
@@ -34,6 +34,8 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "pikku_workflows.status.RunStatus",
         "StepStatusEnum": "pikku_workflows.status.StepStatus",
+        "ApprovalStatusEnum": "pikku_workflows.status.ApprovalStatus",
+        "ApprovalPolicyEnum": "pikku_workflows.approval_policy.ApprovalPolicy",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -65,19 +67,58 @@ def documented(**kwargs: Any) -> Any:
     return decorate
 
 
-def errors(*statuses: int) -> dict[Any, OpenApiResponse]:
+# What each error status of a run endpoint may carry.
+RUN_ERRORS: dict[int, tuple[type, str]] = {
+    400: (ValidationErrorSerializer, "INVALID_INPUT: malformed JSON or invalid values."),
+    401: (ErrorSerializer, "NOT_AUTHENTICATED / AUTHENTICATION_FAILED."),
+    403: (ErrorSerializer, "NOT_AUTHENTICATED (session), PERMISSION_DENIED."),
+    404: (
+        ErrorSerializer,
+        "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
+    ),
+    409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
+}
+
+# What the errors of a signal to a run carry.
+SIGNAL_ERRORS: dict[int, tuple[type, str]] = {
+    **RUN_ERRORS,
+    404: (ErrorSerializer, "RUN_NOT_FOUND (or not yours to see)."),
+    409: (ErrorSerializer, "INVALID_TRANSITION: the run has ended and takes no more signals."),
+}
+
+# What the errors of reading an approval carry.
+APPROVAL_READ_ERRORS: dict[int, tuple[type, str]] = {
+    **RUN_ERRORS,
+    404: (ErrorSerializer, "APPROVAL_NOT_FOUND (or not yours to see)."),
+}
+
+# What the errors of deciding or reassigning an approval carry.
+APPROVAL_ERRORS: dict[int, tuple[type, str]] = {
+    **APPROVAL_READ_ERRORS,
+    400: (
+        ValidationErrorSerializer,
+        "INVALID_INPUT: malformed JSON or invalid values; data the approval's form refuses "
+        "has the form's errors under `fields.data` (the approval stays pending).",
+    ),
+    403: (
+        ErrorSerializer,
+        "NOT_AUTHENTICATED (session); PERMISSION_DENIED (without decide_workflowapproval or "
+        "reassign_workflowapproval: nothing recorded); APPROVAL_FORBIDDEN (the approval's "
+        "approvers or four eyes keep you out: audited `deny`).",
+    ),
+    409: (
+        ErrorSerializer,
+        "APPROVAL_RESOLVED: already settled (or its deadline passed: the expiry is recorded), "
+        "or you decided it already.",
+    ),
+}
+
+
+def errors(
+    *statuses: int, described: dict[int, tuple[type, str]] = RUN_ERRORS
+) -> dict[Any, OpenApiResponse]:
     """The error responses of an endpoint (JSON, whatever else it answers), with 401 and 403
     (unauthenticated: 401 or 403 depending on the host's first authentication class)."""
-    described = {
-        400: (ValidationErrorSerializer, "INVALID_INPUT: malformed JSON or invalid values."),
-        401: (ErrorSerializer, "NOT_AUTHENTICATED / AUTHENTICATION_FAILED."),
-        403: (ErrorSerializer, "NOT_AUTHENTICATED (session), PERMISSION_DENIED."),
-        404: (
-            ErrorSerializer,
-            "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
-        ),
-        409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
-    }
     chosen = sorted({401, 403, *statuses})
     return {
         (status, "application/json"): OpenApiResponse(

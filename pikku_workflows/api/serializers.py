@@ -8,11 +8,14 @@ from typing import Any
 
 from rest_framework import serializers
 
+from ..approval_policy import ApprovalPolicy, OnExpire
 from ..querysets import WAITING_KINDS
-from ..status import RunStatus, StepStatus
+from ..status import ApprovalStatus, RunStatus, StepStatus
+from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 
-MAX_REASON = 2000
-MAX_KEY = 255
+MAX_REASON = REASON_MAX_LENGTH
+MAX_KEY = KEY_MAX_LENGTH
+MAX_SIGNAL_NAME = NAME_MAX_LENGTH
 
 
 class CommaSeparatedChoiceField(serializers.MultipleChoiceField):
@@ -133,6 +136,48 @@ class BulkSerializer(BulkOptionsSerializer):
 BULK_OPTIONS = ("reason", "dry_run")
 
 
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_REASON,
+        help_text="Recorded with your decision and in the run's audit trail.",
+    )
+    data = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="What you fill in: the approval's form fields (validated by its form; see the "
+        "approval's `form`), or any JSON object when it has none.",
+    )
+
+
+class ReassignSerializer(serializers.Serializer):
+    approvers = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_KEY),
+        allow_empty=True,
+        help_text='The new approvers: usernames, "group:<name>", "perm:<app_label.codename>"; '
+        "an empty list: anyone holding the decide permission.",
+    )
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=MAX_REASON,
+        help_text="Recorded in the audit trail with your username.",
+    )
+
+
+class SignalSerializer(serializers.Serializer):
+    payload = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Any JSON: what the run's `wf.wait_for_signal` returns.",
+    )
+
+
 # Responses (documentation of the engine's dicts) --------------------------------------------
 
 
@@ -242,6 +287,49 @@ class CountGroupSerializer(serializers.Serializer):
 class CountsSerializer(serializers.Serializer):
     total = serializers.IntegerField()
     groups = CountGroupSerializer(many=True)
+
+
+class ApprovalDecisionSerializer(serializers.Serializer):
+    user = serializers.CharField(help_text="username")
+    approve = serializers.BooleanField()
+    comment = serializers.CharField(allow_blank=True)
+    data = serializers.JSONField(allow_null=True)
+    at = serializers.DateTimeField()
+
+
+class ApprovalSerializer(serializers.Serializer):
+    """`pw.get_approval(approval_id)`: the fields DESIGN §7 names, the request and its options,
+    and every decision so far."""
+
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    workflow = serializers.CharField()
+    step_key = serializers.CharField()
+    attempt = serializers.IntegerField(help_text="The step's attempt that asked for it.")
+    status = serializers.ChoiceField(choices=ApprovalStatus.choices)
+    summary = serializers.CharField(allow_blank=True, help_text="What is asked, for the decider.")
+    request_data = serializers.JSONField(allow_null=True, help_text="The workflow's `data=`.")
+    approvers = serializers.ListField(
+        child=serializers.CharField(),
+        help_text='Usernames, "group:<name>", "perm:<app_label.codename>"; none: anyone holding '
+        "the decide permission.",
+    )
+    policy = serializers.ChoiceField(choices=ApprovalPolicy.choices)
+    quorum = serializers.IntegerField(allow_null=True)
+    exclude_requester = serializers.BooleanField(help_text="Four eyes.")
+    form = serializers.CharField(allow_null=True, help_text="The dotted path of its Form class.")
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    on_expire = serializers.ChoiceField(choices=OnExpire.choices)
+    escalate_to = serializers.ListField(child=serializers.CharField())
+    escalated_at = serializers.DateTimeField(allow_null=True)
+    decided_by = serializers.CharField(
+        allow_null=True, help_text="The username whose decision settled it."
+    )
+    decided_at = serializers.DateTimeField(allow_null=True)
+    comment = serializers.CharField(allow_blank=True)
+    data = serializers.JSONField(allow_null=True, help_text="The settling decision's data.")
+    decisions = ApprovalDecisionSerializer(many=True)
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from .approvals import ApprovalViewSet
 from .schema import RedocView, SchemaView, SwaggerView
 from .views import DefinitionViewSet, RunViewSet
 
@@ -13,6 +14,7 @@ app_name = "pikku_workflows_api"
 router = SimpleRouter()
 router.register("definitions", DefinitionViewSet, basename="definition")
 router.register("runs", RunViewSet, basename="run")
+router.register("approvals", ApprovalViewSet, basename="approval")
 
 urlpatterns = [
     *router.urls,

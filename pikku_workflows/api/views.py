@@ -1,5 +1,6 @@
 """The API's views: workflow definitions (list, detail, start a run) and runs (list, counts,
-detail, timeline, state, live events, operations, bulk operations).
+detail, timeline, state, live events, operations, signals, bulk operations). Approvals are in
+`approvals`.
 
 Views parse and check requests and answer the engine's own dicts: every state change is a
 `pw.*` operation (which validates, writes and audits), every read of one run a `pw.*` read.
@@ -39,9 +40,10 @@ from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
 from .permissions import RunPermission, visible_run_id, visible_runs
-from .schema import documented, errors
+from .schema import SIGNAL_ERRORS, documented, errors
 from .serializers import (
     BULK_OPTIONS,
+    MAX_SIGNAL_NAME,
     BulkOptionsSerializer,
     BulkResultSerializer,
     BulkSerializer,
@@ -56,6 +58,7 @@ from .serializers import (
     RunListItemSerializer,
     RunStateSerializer,
     RunSummarySerializer,
+    SignalSerializer,
     StartRunSerializer,
     StateQuerySerializer,
     TimelineEventSerializer,
@@ -72,6 +75,12 @@ SSE_EVENT = {
     "required": ["event", "data"],
 }
 RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="A run id.")
+SIGNAL_NAME = OpenApiParameter(
+    "name",
+    {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME},
+    OpenApiParameter.PATH,
+    description="The signal's name, as the run's `wf.wait_for_signal` waits for it.",
+)
 # Per-run operations: the action name is the engine's `pw.<name>_run` and the permission's.
 OPERATIONS = ("cancel", "suspend", "resume", "retry", "fork")
 # Step and history columns the list's summaries read (the JSON payloads stay in the database).
@@ -388,6 +397,30 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         )
         location = reverse("pikku_workflows_api:run-detail", args=[new_id], request=request)
         return Response(pw.get_run_status(new_id), headers={"Location": location})
+
+    @documented(
+        parameters=[RUN_ID, SIGNAL_NAME],
+        request=SignalSerializer,
+        responses={
+            202: OpenApiResponse(
+                RunSummarySerializer,
+                description="Delivered to the wait for it, or kept until one is reached; the "
+                "run's summary.",
+            ),
+            **errors(400, 404, 409, described=SIGNAL_ERRORS),
+        },
+    )
+    # Any name `wf.wait_for_signal` may wait for (slashes and line breaks too) reaches the
+    # engine, which refuses the ones it would not store as a 400, never a routing 404.
+    @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[\s\S]+)")
+    def signals(self, request: Request, pk: str, name: str) -> Response:
+        """Send the signal `name` with `payload` to a run you may see (audited `signal`); an
+        ended run refuses it (409 INVALID_TRANSITION), never silently dropped. The engine
+        checks the name as `wf.wait_for_signal` does (text, at most 200 characters)."""
+        run_id = self.run_id()
+        body = validated(SignalSerializer, request.data)
+        summary = pw.send_signal(run_id, name, body["payload"], by=request.user)
+        return Response(summary, status=status.HTTP_202_ACCEPTED)
 
     @documented(
         parameters=[

@@ -41,10 +41,11 @@ def get_approval(approval_id: Any) -> dict[str, Any]:
 
 def approval_dict(approval: WorkflowApproval) -> dict[str, Any]:
     """`{id, run_id, step_key, status, approvers, policy, expires_at, decided_by, decided_at,
-    comment, data}` (DESIGN §7), with the request, the options and every decision."""
-    decisions = WorkflowApprovalDecision.objects.filter(approval=approval).order_by(
-        "created_at", "id"
-    )
+    comment, data}` (DESIGN §7), with the request, the options and every decision.
+
+    The decisions are read as `approval.decisions` (ordered by time, then id): a list of
+    approvals that prefetched them builds every dict without a query per approval."""
+    decisions = approval.decisions.all()
     return {
         "id": str(approval.pk),
         "run_id": str(approval.run_id),

@@ -7,20 +7,35 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django import forms
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowApproval, WorkflowRun
 from tests.queue import drain_queue
 
 API = "/api/workflows/"
+# An approval's form (`shop.awaiting(form=PURCHASE)`): what the decider fills in.
+PURCHASE = "tests.api.conftest.Purchase"
+
+
+class Purchase(forms.Form):
+    cost_centre = forms.RegexField(regex=r"^CC-\d{3}$")
+    budget = forms.DecimalField(min_value=0, max_digits=10, decimal_places=2)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("cost_centre") == "CC-000":
+            raise forms.ValidationError("CC-000 takes no purchases.")
+        return cleaned
 
 
 class Shop:
-    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend or sleep,
-    ship; like tests/shop.py's, plus the user who started each run (the API shows a user the
-    runs they started)."""
+    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend, sleep,
+    ask for an approval (`approval=` `wf.approval`'s options) or wait for a signal (`signal=`
+    its name), ship; like tests/shop.py's, plus the user who started each run (the API shows a
+    user the runs they started)."""
 
     def __init__(self) -> None:
         self.broken = False
@@ -51,11 +66,23 @@ class Shop:
                 wf.suspend("manual review")
             if input.get("sleep"):
                 wf.sleep("cool-off", input["sleep"])
-            return {"charge": charged, "ship": wf.do("ship", "api_tests.ship", {})}
+            output: dict[str, Any] = {"charge": charged}
+            if input.get("approval") is not None:
+                decision = wf.approval("approval", **input["approval"])
+                output["approval"] = {"approved": decision.approved, "data": decision.data}
+            if input.get("signal"):
+                output["signal"] = wf.wait_for_signal("signal", input["signal"])
+            return {**output, "ship": wf.do("ship", "api_tests.ship", {})}
 
     def start(self, user: Any = None, **input: Any) -> WorkflowRun:
         run_id = pw.start_workflow("api_tests.order", input, inline=True, started_by=user)
         return WorkflowRun.objects.get(pk=run_id)
+
+    def awaiting(self, user: Any = None, **options: Any) -> WorkflowApproval:
+        """The pending approval of a new run started by `user`, asked with `options`."""
+        input = options.pop("input", {})
+        run = self.start(user, approval=options, **input)
+        return WorkflowApproval.objects.get(run=run)
 
     def failed(self, user: Any = None, **input: Any) -> WorkflowRun:
         self.broken = True

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from django.contrib.auth.models import Permission
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -23,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.api.conftest import API
+from tests.api.conftest import API, PURCHASE
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +73,12 @@ def test_schema__covers_every_endpoint_of_the_api_and_nothing_else(client):
             "runs/{id}/resume/",
             "runs/{id}/retry/",
             "runs/{id}/fork/",
+            "runs/{id}/signals/{name}/",
+            "approvals/",
+            "approvals/{id}/",
+            "approvals/{id}/approve/",
+            "approvals/{id}/reject/",
+            "approvals/{id}/reassign/",
         )
     }
 
@@ -99,8 +106,29 @@ def real_runs(shop, operator) -> list[str]:
         shop.start(operator, review=True),
         shop.start(operator, sleep="1h"),
         shop.start(operator, sleep="1h"),
+        shop.start(operator, signal="payment.settled"),
     ]
     return [str(run.pk) for run in runs]
+
+
+@pytest.fixture
+def real_approvals(shop, operator, make_user) -> list[str]:
+    """Approvals the fuzzing user may decide and reassign (with and without a form, one for a
+    quorum, one for someone else), so fuzzed decisions reach the engine's judgement."""
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["decide_workflowapproval", "reassign_workflowapproval"]
+        )
+    )
+    requester = make_user("requester")
+    approvals = [
+        shop.awaiting(requester),
+        shop.awaiting(requester, form=PURCHASE),
+        shop.awaiting(requester, policy="quorum", quorum=2),
+        shop.awaiting(requester, approvers=["someone-else"]),
+        shop.awaiting(requester, expires_in="1h", on_expire="approve"),
+    ]
+    return [str(approval.pk) for approval in approvals]
 
 
 @pytest.fixture
@@ -118,18 +146,22 @@ def wsgi_app() -> Any:
 
 
 @pytest.mark.slow
-def test_schema__fuzzed_requests_never_fail_the_server_or_the_schema(operator, real_runs, wsgi_app):
+def test_schema__fuzzed_requests_never_fail_the_server_or_the_schema(
+    operator, real_runs, real_approvals, wsgi_app
+):
     schema = schemathesis.openapi.from_wsgi(API + "schema/", wsgi_app)
     headers = {"Authorization": f"Token {Token.objects.create(user=operator).key}"}
-    known = itertools.cycle(real_runs)
+    known_runs, known_approvals = itertools.cycle(real_runs), itertools.cycle(real_approvals)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 15
+    assert len(operations) == 21
 
     def exercise(case: Any) -> None:
         case.call_and_validate(headers=headers, checks=CHECKS)
         if "id" in (case.path_parameters or {}):
-            # The same request against a real run: fuzzed bodies and queries meet real state.
-            case.path_parameters["id"] = next(known)
+            # The same request against a real run or approval: fuzzed bodies and queries meet
+            # real state.
+            approval = case.operation.path.startswith(API + "approvals/")
+            case.path_parameters["id"] = next(known_approvals if approval else known_runs)
             case.call_and_validate(headers=headers, checks=CHECKS)
 
     unnegatable: list[str] = []
