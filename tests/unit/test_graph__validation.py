@@ -73,6 +73,16 @@ def test_validation__for_each_must_be_a_ref():
     assert "for_each must be a $ref to a list" in problem
 
 
+def test_validation__for_each_ref_is_checked_like_an_input_ref():
+    found = problems_of({"a": fn(for_each={"$ref": "$item", "path": "a..b", "default": []})})
+
+    assert found == [
+        "node 'a': for_each: a $ref takes only 'path' beside it, not ['default']",
+        "node 'a': for_each: $item exists only in the input of a node with for_each",
+        "node 'a': for_each: path must be dotted keys like 'user.name', not 'a..b'",
+    ]
+
+
 def test_validation__unknown_node_in_on_error():
     problem = only_problem({"a": fn(on_error="ghost")})
 
@@ -451,6 +461,8 @@ def test_validation__good_retry_delay(delay):
         ({"exclude_requester": "yes"}, "approval: exclude_requester must be True or False"),
         ({"expires_in": "2 days"}, "approval: expires_in: Invalid duration '2 days'"),
         ({"remind_every": -1}, "approval: remind_every: A duration cannot be negative"),
+        ({"expires_in": 0}, "approval: expires_in: must be longer than zero, not 0"),
+        ({"remind_every": "0s"}, "approval: remind_every: must be longer than zero"),
         (
             {"on_expire": "ignore"},
             "approval: on_expire must be one of ['reject', 'approve', 'fail', 'escalate']",
