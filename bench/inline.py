@@ -80,6 +80,8 @@ def setup_pikku(url: str) -> Callable[[int], float]:
     os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
     # DEBUG would log every query in memory: a cost no production process pays.
     os.environ["DJANGO_DEBUG"] = "0"
+    # The demo logs a line per run at INFO; DBOS logs nothing per workflow.
+    os.environ.setdefault("PIKKU_LOG", "WARNING")
     import django
 
     django.setup()

@@ -142,6 +142,8 @@ def setup_pikku(url: str) -> None:
     # With DEBUG off the demo project refuses its development key; workers inherit this one.
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + "k" * 40)
     os.environ["PIKKU_EXTRA_WORKFLOW_MODULES"] = PIKKU_MODULE
+    # The demo logs a line per run at INFO; DBOS logs nothing per workflow. Workers inherit it.
+    os.environ.setdefault("PIKKU_LOG", "WARNING")
     import django
 
     django.setup()
