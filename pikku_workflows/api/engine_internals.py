@@ -1,6 +1,6 @@
 """The engine internals the API uses beyond `import pikku_workflows as pw`, imported here only,
-so that an engine rename is a one-line change: the summary builder (one run's summary from rows
-read in bulk, for the list), the operation rules (which statuses each operation accepts, as
+so that an engine rename is a one-line change: the start that says whether it created the run
+(201 or 200), the summary builder (one run's summary from rows read in bulk, for the list), the operation rules (which statuses each operation accepts, as
 the admin offers them too), and the approvals' reads (one approval as a dict from prefetched
 rows, and which approvals a user may decide or see, as the admin's inbox judges them)."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..engine.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.control import OPERATION_RULES, Rule
 from ..engine.reads import summarize
+from ..engine.runs import start_run
 
 __all__ = [
     "OPERATION_RULES",
@@ -16,6 +17,7 @@ __all__ = [
     "approval_dict",
     "approval_pk",
     "decidable_by",
+    "start_run",
     "summarize",
     "visible_to",
 ]

@@ -33,7 +33,7 @@ import pikku_workflows as pw
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..registry import WorkflowDefinition, registry
 from . import bulk
-from .engine_internals import summarize
+from .engine_internals import start_run, summarize
 from .errors import exception_handler
 from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stream
 from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
@@ -176,23 +176,17 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         """Start a run (queued: a worker executes it); `started_by` is you."""
         body = validated(StartRunSerializer, request.data)
         key = body["idempotency_key"]
-        registry.get_workflow(name)
-        # Two first requests racing with one key may both answer 201: both name the same run.
-        existed = (
-            key is not None
-            and WorkflowRun.objects.filter(workflow=name, idempotency_key=key).exists()
-        )
-        run_id = pw.start_workflow(
+        run_id, created = start_run(
             name, body["input"], idempotency_key=key, started_by=request.user
         )
-        if existed and not visible_runs(request).filter(pk=run_id).exists():
+        if not created and not visible_runs(request).filter(pk=run_id).exists():
             # The key names a run this user may not see: saying so would show it.
             raise pw.IdempotencyConflict(name, key)
         summary = pw.get_run_status(run_id)
         headers = {
             "Location": reverse("pikku_workflows_api:run-detail", args=[run_id], request=request)
         }
-        answer = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        answer = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(summary, status=answer, headers=headers)
 
 

@@ -62,6 +62,28 @@ def start_workflow(
     open `transaction.atomic()` the run (and an inline pass) live in that transaction: they
     vanish with a rollback, and queued work is enqueued only after the commit.
     """
+    run_id, _ = start_run(
+        name,
+        input,
+        inline=inline,
+        idempotency_key=idempotency_key,
+        started_by=started_by,
+        subject=subject,
+    )
+    return run_id
+
+
+def start_run(
+    name: str,
+    input: Any = None,
+    *,
+    inline: bool = False,
+    idempotency_key: str | None = None,
+    started_by: Any = None,
+    subject: Any = None,
+) -> tuple[str, bool]:
+    """`start_workflow`, also saying whether this call created the run (False: the run the
+    idempotency key already named, though another caller's insert raced this one's)."""
     definition = registry.get_workflow(name)
     if definition.graph is not None:
         # Step functions may register after the graph: its names are checked at each start.
@@ -79,7 +101,7 @@ def start_workflow(
     run, created = _create_or_reuse(name, input, holder, idempotency_key, fields)
     if created:
         _begin(run, holder)
-    return str(run.pk)
+    return str(run.pk), created
 
 
 def checked_user(user: Any, what: str) -> Any:
