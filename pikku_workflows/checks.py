@@ -101,14 +101,19 @@ def check_worker_command(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 
 @register(Tags.database)
-def check_timer_loop_running(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+def check_timer_loop_running(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
     """W007 (with `check --database`, and before `migrate`): timers are overdue and no timer
-    loop has been seen; a deploy without pikku_worker looks exactly like that."""
+    loop has been seen; a deploy without pikku_worker looks exactly like that. Django names
+    `databases` only when database checks are asked for; every other command skips the query."""
     from .models import WorkflowStep
     from .querysets import database_ago
     from .status import RunStatus
     from .workers import SILENT_AFTER_SECONDS, timer_loop_seen
 
+    if not databases:
+        return []
     try:
         overdue = WorkflowStep.objects.filter(
             run__status=RunStatus.RUNNING,

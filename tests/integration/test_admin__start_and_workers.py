@@ -5,6 +5,7 @@ warn about a deploy without pikku_worker."""
 
 from __future__ import annotations
 
+import io
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -13,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -161,7 +163,7 @@ def test_checks__django_q2s_qcluster_alone_is_warned_about(monkeypatch):
 
 def test_checks__overdue_timers_and_no_worker_seen_are_warned_about(shop: Shop):
     run = WorkflowRunFactory(workflow="admin_tests.order")
-    assert check_timer_loop_running() == []
+    assert check_timer_loop_running(databases=["default"]) == []
     WorkflowStepFactory(
         run=run,
         kind="sleep",
@@ -169,9 +171,25 @@ def test_checks__overdue_timers_and_no_worker_seen_are_warned_about(shop: Shop):
         wake_at=timezone.now() - timedelta(minutes=5),
     )
 
-    [warning] = check_timer_loop_running()
+    [warning] = check_timer_loop_running(databases=["default"])
     assert warning.id == "pikku_workflows.W007"
     assert "1 timer(s)" in warning.msg
     a_live_worker()
-    assert check_timer_loop_running() == []
+    assert check_timer_loop_running(databases=["default"]) == []
     assert pw.get_run_status(run.pk)["status"] == "running"
+
+
+def test_checks__the_timer_loop_is_checked_by_check_database_only(shop: Shop):
+    run = WorkflowRunFactory(workflow="admin_tests.order")
+    WorkflowStepFactory(
+        run=run, kind="sleep", status="scheduled", wake_at=timezone.now() - timedelta(minutes=5)
+    )
+    report = io.StringIO()
+
+    # What runserver and every other command run: no database named, no query.
+    call_command("check", "--tag", "database", stdout=report, stderr=report)
+    assert "W007" not in report.getvalue()
+    call_command(
+        "check", "--tag", "database", "--database", "default", stdout=report, stderr=report
+    )
+    assert "pikku_workflows.W007" in report.getvalue()

@@ -5,6 +5,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 import pikku_workflows as pw
 from pikku_workflows.checks import check_graph_workflows
@@ -180,6 +182,16 @@ def test_check_graph_workflows__unknown_functions_are_one_error_each():
     ]
     assert all(e.obj == "graph workflow 'tests.unchecked'" and e.is_serious() for e in errors)
     assert "PIKKU_WORKFLOWS['MODULES']" in errors[0].hint
+
+
+def test_manage_py_check__fails_on_a_graph_naming_an_unknown_function():
+    pw.graph_workflow("tests.unchecked", DEFINITION)
+
+    with pytest.raises(SystemCheckError) as refused:
+        call_command("check")
+
+    assert "pikku_workflows.E002" in str(refused.value)
+    assert "unknown step function 'tests.graph.validate'" in str(refused.value)
 
 
 def test_check_graph_workflows__clean_once_the_functions_exist():
