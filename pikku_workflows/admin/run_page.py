@@ -138,6 +138,7 @@ def _attempt_row(step: WorkflowStep, attempt: WorkflowStepHistory) -> dict[str, 
         "step_key": step.step_key,
         "attempt": attempt.attempt,
         "status": status_badge(attempt.status, attempt.get_status_display()),
+        "dispatch": attempt.get_dispatch_display() if attempt.dispatch else EMPTY,
         "times": [(name, getattr(attempt, f"{name}_at")) for name in ATTEMPT_TIMES],
         "error": pretty_error(attempt.error, omit=("step_key",)),
     }

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from pikku_workflows.models import WorkflowRun
-from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.status import RunStatus, StepDispatch, StepStatus
 from project.demo.models import Order
 from tests.admin_support import change_url, listed_ids, staff_client
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory, WorkflowStepHistoryFactory
@@ -90,8 +90,11 @@ def run_with_history() -> WorkflowRun:
         status=StepStatus.FAILED,
         error={"code": "STEP_FAILED", "message": "gateway timeout", "traceback": "Traceback: boom"},
         failed_at=timezone.now(),
+        dispatch=StepDispatch.IN_PLACE,
     )
-    WorkflowStepHistoryFactory(step=charge, attempt=2, succeeded_at=timezone.now())
+    WorkflowStepHistoryFactory(
+        step=charge, attempt=2, succeeded_at=timezone.now(), dispatch=StepDispatch.QUEUED
+    )
     WorkflowStepFactory(
         run=run,
         step_key="total",
@@ -201,11 +204,12 @@ def test_change_page__shows_run_steps_and_attempt_history(admin_client, run_with
     assert 'name="steps-0-step_key"' not in content
     # The attempt history: both attempts of charge and the single attempt of total.
     history = response.context["attempt_history"]
-    assert [(row["step_key"], row["attempt"]) for row in history] == [
-        ("charge", 1),
-        ("charge", 2),
-        ("total", 1),
+    assert [(row["step_key"], row["attempt"], row["dispatch"]) for row in history] == [
+        ("charge", 1, "In place on a worker"),  # a retry goes through the queue
+        ("charge", 2, "Through the queue"),
+        ("total", 1, "-"),  # not recorded
     ]
+    assert "<th>Dispatched</th>" in content
     assert "Attempt history" in content
     assert "gateway timeout" in content
     # The traceback folds away under its message.

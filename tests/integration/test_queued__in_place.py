@@ -180,6 +180,24 @@ def test_in_place__off_the_main_thread_a_timeout_cannot_be_enforced_so_it_goes_t
     assert dispatches(run_id) == [("only", 1, "queued")]
 
 
+def test_in_place__a_child_run_is_queued_and_the_parent_parks_never_blocking_the_worker(chain):
+    @pw.workflow("chain.parent")
+    def parent(wf: pw.Workflow, input: dict) -> int:
+        return wf.do("child", "chain.run", {"k": 2})
+
+    run_id = started("chain.parent", {})
+
+    tasks.orchestrate(run_id)  # the worker's pass ends at the child: no chain.add ran here
+
+    assert chain.calls == []
+    assert WorkflowStep.objects.get(run_id=run_id, step_key="child").status == StepStatus.WAITING
+    [child] = WorkflowRun.objects.filter(parent_run_id=run_id)
+    assert queued_tasks() == [(ORCHESTRATE, (str(child.pk),))]
+    drain_queue()  # the child's own pass runs its steps in place, then wakes the parent
+    assert {dispatch for _, _, dispatch in dispatches(str(child.pk))} == {"in_place"}
+    assert WorkflowRun.objects.get(pk=run_id).output == 1
+
+
 def test_in_place__a_failed_attempt_is_retried_through_the_queue(chain):
     run_id = pw.start_workflow("chain.run", {"k": 2, "fail_at": 0})
 
