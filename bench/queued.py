@@ -358,22 +358,27 @@ class Round:
 
 
 def run_round(
-    engine: Engine, workers: int, n: int, k: int, workdir: Path, count_statements: bool = False
+    engine: Engine,
+    workers: int,
+    n: int,
+    k: int,
+    workdir: Path,
+    count_statements: bool = False,
+    warm_up: bool = False,
 ) -> Round:
+    """`warm_up`: one short run first, not counted, so that the timed runs meet workers past
+    their first message (connections, statement preparation, first imports)."""
     log = workdir / f"{engine.name}-w{workers}-{time.monotonic_ns()}.log"
     statements = StatementLog(engine.server, engine.database)
     with statements if count_statements else contextlib.nullcontext():
         processes = engine.start_workers(engine.url, workers, log)
         watcher = Watcher(engine.url)
         try:
+            if warm_up:
+                wait_finished(engine, watcher, engine.submit(1, 2))
             before = committed_transactions(engine.server, engine.database)
             ids = engine.submit(n, k)
-            engine.after_submit()
-            deadline = time.monotonic() + ROUND_TIMEOUT
-            while watcher.scalar(engine.unfinished, [ids]):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{engine.name}: runs unfinished after {ROUND_TIMEOUT} s")
-                time.sleep(POLL_SECONDS)
+            wait_finished(engine, watcher, ids)
         finally:
             stop(processes)
         if failed := watcher.scalar(engine.failed, [ids]):
@@ -395,6 +400,15 @@ def run_round(
     )
 
 
+def wait_finished(engine: Engine, watcher: Watcher, ids: list[str]) -> None:
+    engine.after_submit()
+    deadline = time.monotonic() + ROUND_TIMEOUT
+    while watcher.scalar(engine.unfinished, [ids]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{engine.name}: runs unfinished after {ROUND_TIMEOUT} s")
+        time.sleep(POLL_SECONDS)
+
+
 def fairness_p95(
     engine: Engine, workdir: Path, long_k: int | None, short_n: int, short_k: int
 ) -> float:
@@ -409,12 +423,7 @@ def fairness_p95(
         if long_ids:
             time.sleep(0.5)  # the long run is under way before the short ones arrive
         short_ids = engine.submit(short_n, short_k)
-        engine.after_submit()
-        deadline = time.monotonic() + ROUND_TIMEOUT
-        while watcher.scalar(engine.unfinished, [short_ids + long_ids]):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{engine.name}: fairness runs unfinished")
-            time.sleep(POLL_SECONDS)
+        wait_finished(engine, watcher, short_ids + long_ids)
         completions = [float(row[0]) for row in watcher.rows(engine.completion_ms, [short_ids])]
     finally:
         stop(processes)
@@ -639,7 +648,7 @@ def main() -> None:
             growth[k] = {}
             for engine in engines:
                 print(f"  {engine.name}: one run of K={k}, 1 worker process...", flush=True)
-                growth[k][engine.name] = run_round(engine, 1, 1, k, workdir)
+                growth[k][engine.name] = run_round(engine, 1, 1, k, workdir, warm_up=True)
 
         fair: dict[str, tuple[float, float]] = {}
         if args.fairness_long_k:
@@ -687,7 +696,7 @@ def main() -> None:
     else:
         print(f"Round trips: not counted ({why_not}); transactions are in the table above.")
     print()
-    print("One workflow of K sequential steps on 1 worker process (replay growth):")
+    print("One workflow of K sequential steps on 1 worker process, after one warm-up run there:")
     for k, by_engine in growth.items():
         line = ", ".join(
             f"{name} {r.seconds:7.2f} s = {r.seconds / k * 1000:6.2f} ms/step"
