@@ -83,7 +83,7 @@ def start_run(
     subject: Any = None,
 ) -> tuple[str, bool]:
     """`start_workflow`, also saying whether this call created the run (False: the run the
-    idempotency key already named, though another caller's insert raced this one's)."""
+    idempotency key already named, including when another caller's insert won the race)."""
     definition = registry.get_workflow(name)
     if definition.graph is not None:
         # Step functions may register after the graph: its names are checked at each start.

@@ -64,12 +64,15 @@ def test_start__a_request_that_lost_the_race_on_the_key_answers_200_with_the_win
 
     requester = threading.Thread(target=request, daemon=True)
     requester.start()
-    # The request read no run with the key (uncommitted), so its insert waits on the index.
-    wait_until(lambda: "pid" in answer and is_waiting_on_a_lock(answer["pid"]), 10)
-    other.commit.set()
+    try:
+        # The request read no run with the key (uncommitted), so its insert waits on the index.
+        wait_until(lambda: "pid" in answer and is_waiting_on_a_lock(answer["pid"]), 10)
+    finally:
+        other.commit.set()
     other.join()
     requester.join(JOIN_TIMEOUT)
 
+    assert other.run_id is not None and not requester.is_alive()
     response = answer["response"]
     assert response.status_code == 200, response.json()
     assert response.json()["id"] == other.run_id

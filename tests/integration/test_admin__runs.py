@@ -205,8 +205,8 @@ def test_change_page__shows_run_steps_and_attempt_history(admin_client, run_with
     # The attempt history: both attempts of charge and the single attempt of total.
     history = response.context["attempt_history"]
     assert [(row["step_key"], row["attempt"], row["dispatch"]) for row in history] == [
-        ("charge", 1, "In place on a worker"),  # a retry goes through the queue
-        ("charge", 2, "Through the queue"),
+        ("charge", 1, "In place on a worker"),
+        ("charge", 2, "Through the queue"),  # a retry goes through the queue
         ("total", 1, "-"),  # not recorded
     ]
     assert "<th>Dispatched</th>" in content
