@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, Any] = {
     "DEFAULT_STEP_RETRIES": 5,
@@ -37,13 +39,17 @@ DEFAULTS: dict[str, Any] = {
 }
 
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 
 class Settings:
     """Attribute access to the settings; `override_settings(PIKKU_WORKFLOWS=...)` takes effect at once.
 
-    Numeric settings can also come from `PIKKU_<NAME>` environment variables, so end-to-end tests
-    can shrink leases and windows for worker subprocesses; the settings dict wins over both.
+    Numeric and true/false settings can also come from `PIKKU_<NAME>` environment variables
+    (`PIKKU_IN_PLACE=false`), so end-to-end tests can shrink leases and windows for worker
+    subprocesses; the settings dict wins over both. A value that reads as neither is
+    ImproperlyConfigured, naming the variable.
     """
 
     def __getattr__(self, name: str) -> Any:
@@ -54,11 +60,31 @@ class Settings:
             return configured[name]
         default = DEFAULTS[name]
         from_env = os.environ.get(f"PIKKU_{name}")
-        if from_env is not None and isinstance(default, int | float):
-            # "0.5" stays a float even where the default is an int: tests shrink leases below 1 s.
-            number = float(from_env)
-            return int(number) if number.is_integer() else number
-        return default
+        if from_env is None or not isinstance(default, int | float):
+            return default
+        if isinstance(default, bool):
+            return _flag(name, from_env)
+        return _number(name, from_env)
+
+
+def _flag(name: str, text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE_WORDS | FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ImproperlyConfigured(
+        f"PIKKU_{name} must be true or false (1/0, yes/no, on/off), not {text!r}."
+    )
+
+
+def _number(name: str, text: str) -> int | float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ImproperlyConfigured(f"PIKKU_{name} must be a number, not {text!r}.")
+    # "0.5" stays a float even where the default is an int: tests shrink leases below 1 s.
+    return int(number) if number.is_integer() else number
 
 
 pikku_settings = Settings()

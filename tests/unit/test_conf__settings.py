@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from pikku_workflows.conf import DEFAULTS, pikku_settings
@@ -94,3 +95,31 @@ def test_settings__fractional_environment_value_is_not_truncated(monkeypatch):
     monkeypatch.setenv("PIKKU_STEP_LEASE_SECONDS", "0.5")
     with override_settings(PIKKU_WORKFLOWS={}):
         assert pikku_settings.STEP_LEASE_SECONDS == 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("false", False), ("0", False), ("Off", False), ("true", True), ("1", True)],
+)
+def test_settings__a_true_false_setting_reads_words_from_the_environment(
+    monkeypatch, text, expected
+):
+    monkeypatch.setenv("PIKKU_IN_PLACE", text)
+    with override_settings(PIKKU_WORKFLOWS={}):
+        assert pikku_settings.IN_PLACE is expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "says"),
+    [
+        ("PIKKU_IN_PLACE", "maybe", "PIKKU_IN_PLACE must be true or false"),
+        ("PIKKU_STEP_LEASE_SECONDS", "ten", "PIKKU_STEP_LEASE_SECONDS must be a number"),
+        ("PIKKU_STEP_LEASE_SECONDS", "inf", "PIKKU_STEP_LEASE_SECONDS must be a number"),
+    ],
+)
+def test_settings__an_unreadable_environment_value_names_its_variable(
+    monkeypatch, variable, text, says
+):
+    monkeypatch.setenv(variable, text)
+    with override_settings(PIKKU_WORKFLOWS={}), pytest.raises(ImproperlyConfigured, match=says):
+        getattr(pikku_settings, variable.removeprefix("PIKKU_"))
