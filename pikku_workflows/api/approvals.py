@@ -39,6 +39,8 @@ from .views import PikkuAPIMixin, validated
 APPROVAL_ID = OpenApiParameter(
     "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="An approval id."
 )
+# What approve, reject and reassign answer: the approval as it now stands, or why not.
+ACTION_ANSWERS = {200: ApprovalSerializer, **errors(400, 403, 404, 409, described=APPROVAL_ERRORS)}
 # The run and step columns an approval's dict reads; their JSON payloads stay in the database.
 DEFERRED = (
     "run__input",
@@ -122,10 +124,7 @@ class ApprovalViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @documented(
         parameters=[APPROVAL_ID],
         request=DecisionSerializer,
-        responses={
-            200: ApprovalSerializer,
-            **errors(400, 403, 404, 409, described=APPROVAL_ERRORS),
-        },
+        responses=ACTION_ANSWERS,
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
@@ -135,10 +134,7 @@ class ApprovalViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @documented(
         parameters=[APPROVAL_ID],
         request=DecisionSerializer,
-        responses={
-            200: ApprovalSerializer,
-            **errors(400, 403, 404, 409, described=APPROVAL_ERRORS),
-        },
+        responses=ACTION_ANSWERS,
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
@@ -148,10 +144,7 @@ class ApprovalViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @documented(
         parameters=[APPROVAL_ID],
         request=ReassignSerializer,
-        responses={
-            200: ApprovalSerializer,
-            **errors(400, 403, 404, 409, described=APPROVAL_ERRORS),
-        },
+        responses=ACTION_ANSWERS,
     )
     @action(detail=True, methods=["post"])
     def reassign(self, request: Request, pk: str) -> Response:

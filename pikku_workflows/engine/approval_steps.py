@@ -11,16 +11,15 @@ from django.db import transaction
 
 from ..approval_forms import form_path
 from ..approval_policy import ApprovalOutcome, ApprovalRequest, approval_id_for, checked_request
-from ..exceptions import ApprovalExpired, InvalidTransition, NonDeterministicReplay, RunParked
+from ..exceptions import ApprovalExpired, NonDeterministicReplay, RunParked
 from ..models import WorkflowStep
-from ..querysets import database_in
 from ..registry import validate_step_key
 from ..status import StepKind, StepStatus
 from .approval_rows import open_approval_txn
 from .attempts import record_kept
 from .claims import lock_running_run_txn
 from .replay import ReplayPass
-from .transitions import create_step_txn, move_step_txn
+from .transitions import park_step_txn
 
 
 def run_approval(rp: ReplayPass, key: str, options: dict[str, Any]) -> ApprovalOutcome:
@@ -73,24 +72,15 @@ def _open(
     record_kept(rp)
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)
-        if step is None:
-            step = create_step_txn(
-                rp.run.pk,
-                key,
-                status=StepStatus.WAITING,
-                kind=StepKind.APPROVAL,
-                from_step_key=from_key,
-                retries=0,
-                attempt_limit=1,
-                wake_in_ms=request.expires_in_ms,
-                data=data,
-            )
-        else:
-            deadline = database_in(request.expires_in_ms / 1000) if request.expires_in_ms else None
-            if not move_step_txn(
-                step, StepStatus.WAITING, expected=[StepStatus.PENDING], wake_at=deadline
-            ):
-                raise InvalidTransition(f"step {key!r}", step.status, StepStatus.WAITING)
+        step = park_step_txn(
+            rp.run.pk,
+            key,
+            step,
+            kind=StepKind.APPROVAL,
+            data=data,
+            from_step_key=from_key,
+            wake_in_ms=request.expires_in_ms,
+        )
         open_approval_txn(rp.run, step, request)
     rp.steps[key] = step
     return step

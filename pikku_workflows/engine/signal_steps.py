@@ -10,9 +10,8 @@ from typing import Any
 from django.db import transaction
 
 from ..durations import parse_duration
-from ..exceptions import InvalidTransition, NonDeterministicReplay, RunParked, SignalTimeout
+from ..exceptions import NonDeterministicReplay, RunParked, SignalTimeout
 from ..models import WorkflowStep
-from ..querysets import database_in
 from ..registry import validate_step_key
 from ..status import StepKind, StepStatus
 from ..validation import NAME_MAX_LENGTH, checked_text
@@ -20,7 +19,7 @@ from .attempts import record_kept
 from .claims import lock_running_run_txn
 from .replay import ReplayPass
 from .signal_rows import deliver_signals_txn, wait_name
-from .transitions import create_step_txn, move_step_txn
+from .transitions import park_step_txn
 
 
 def run_wait_for_signal(
@@ -57,24 +56,15 @@ def _wait(
     record_kept(rp)
     with transaction.atomic():
         lock_running_run_txn(rp.run.pk, rp.holder)
-        if step is None:
-            step = create_step_txn(
-                rp.run.pk,
-                key,
-                status=StepStatus.WAITING,
-                kind=StepKind.SIGNAL,
-                data={"signal": name, "timeout_ms": timeout_ms},
-                from_step_key=from_key,
-                retries=0,
-                attempt_limit=1,
-                wake_in_ms=timeout_ms,
-            )
-        else:
-            timer = None if timeout_ms is None else database_in(timeout_ms / 1000)
-            if not move_step_txn(
-                step, StepStatus.WAITING, expected=[StepStatus.PENDING], wake_at=timer
-            ):
-                raise InvalidTransition(f"step {key!r}", step.status, StepStatus.WAITING)
+        step = park_step_txn(
+            rp.run.pk,
+            key,
+            step,
+            kind=StepKind.SIGNAL,
+            data={"signal": name, "timeout_ms": timeout_ms},
+            from_step_key=from_key,
+            wake_in_ms=timeout_ms,
+        )
         if any(taker.pk == step.pk for _, taker in deliver_signals_txn(rp.run.pk)):
             step.refresh_from_db(fields=["status", "result", "wake_at"])
     rp.steps[key] = step

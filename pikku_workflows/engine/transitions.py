@@ -221,6 +221,37 @@ def create_step_txn(
     return _save_new_step_txn(step, lease_seconds, wake_in_ms, dispatch)
 
 
+def park_step_txn(
+    run_id: Any,
+    step_key: str,
+    step: WorkflowStep | None,
+    *,
+    kind: str,
+    data: Any,
+    from_step_key: str | None,
+    wake_in_ms: int | None,
+) -> WorkflowStep:
+    """Inside a transaction: the step `waiting` for something outside the run (an approval, a
+    signal), its timer `wake_in_ms` ahead on the database clock (None: no timer). Created so
+    (one attempt, no retries), or moved there from `pending` when the pass made it earlier."""
+    if step is None:
+        return create_step_txn(
+            run_id,
+            step_key,
+            status=StepStatus.WAITING,
+            kind=kind,
+            data=data,
+            from_step_key=from_step_key,
+            retries=0,
+            attempt_limit=1,
+            wake_in_ms=wake_in_ms,
+        )
+    timer = None if wake_in_ms is None else database_in(wake_in_ms / 1000)
+    if not move_step_txn(step, StepStatus.WAITING, expected=[StepStatus.PENDING], wake_at=timer):
+        raise InvalidTransition(f"step {step_key!r}", step.status, StepStatus.WAITING)
+    return step
+
+
 def _save_new_step_txn(
     step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None, dispatch: str | None
 ) -> WorkflowStep:
