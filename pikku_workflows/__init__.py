@@ -9,8 +9,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .approval_policy import ApprovalOutcome
-from .approval_signals import (
+from .approvals.policy import ApprovalOutcome
+from .approvals.signals import (
     approval_decided,
     approval_expired,
     approval_reminder,
@@ -42,27 +42,27 @@ from .exceptions import (
 from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
 
 if TYPE_CHECKING:
-    from .engine.attempts import StepContext
-    from .engine.workflow import Workflow
+    from .engine.replay.attempts import StepContext
+    from .engine.replay.workflow import Workflow
 
 _LAZY = {
-    "Workflow": "pikku_workflows.engine.workflow",
-    "StepContext": "pikku_workflows.engine.attempts",
-    "start_workflow": "pikku_workflows.engine.runs",
-    "run_to_completion": "pikku_workflows.engine.runs",
-    "cancel_run": "pikku_workflows.engine.control",
-    "suspend_run": "pikku_workflows.engine.control",
-    "resume_run": "pikku_workflows.engine.control",
-    "retry_run": "pikku_workflows.engine.control",
-    "fork_run": "pikku_workflows.engine.control",
-    "get_run_timeline": "pikku_workflows.engine.reads",
-    "reconstruct_run_state": "pikku_workflows.engine.reads",
-    "get_run_status": "pikku_workflows.engine.reads",
-    "recover": "pikku_workflows.engine.recovery",
-    "decide_approval": "pikku_workflows.engine.approvals",
-    "reassign_approval": "pikku_workflows.engine.approvals",
-    "get_approval": "pikku_workflows.engine.approval_reads",
-    "send_signal": "pikku_workflows.engine.signals",
+    "Workflow": "pikku_workflows.engine.replay.workflow",
+    "StepContext": "pikku_workflows.engine.replay.attempts",
+    "start_workflow": "pikku_workflows.engine.operations.runs",
+    "run_to_completion": "pikku_workflows.engine.operations.runs",
+    "cancel_run": "pikku_workflows.engine.operations.control",
+    "suspend_run": "pikku_workflows.engine.operations.control",
+    "resume_run": "pikku_workflows.engine.operations.control",
+    "retry_run": "pikku_workflows.engine.operations.control",
+    "fork_run": "pikku_workflows.engine.operations.control",
+    "get_run_timeline": "pikku_workflows.engine.operations.reads",
+    "reconstruct_run_state": "pikku_workflows.engine.operations.reads",
+    "get_run_status": "pikku_workflows.engine.operations.reads",
+    "recover": "pikku_workflows.engine.operations.recovery",
+    "decide_approval": "pikku_workflows.engine.operations.approvals",
+    "reassign_approval": "pikku_workflows.engine.operations.approvals",
+    "get_approval": "pikku_workflows.engine.operations.approval_reads",
+    "send_signal": "pikku_workflows.engine.operations.signals",
 }
 
 

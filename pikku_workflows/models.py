@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .approval_policy import ApprovalPolicy, OnExpire
+from .approvals.policy import ApprovalPolicy, OnExpire
 from .querysets import WorkflowApprovalQuerySet, WorkflowRunQuerySet, WorkflowStepQuerySet
 from .status import (
     TERMINAL_RUN_STATUSES,
@@ -275,7 +275,7 @@ class WorkflowAuditEntry(models.Model):
 class WorkflowApproval(models.Model):
     """A person's decision a run waits for (`wf.approval`): one per attempt of its step.
 
-    Its id is derived from the step and attempt (`approval_policy.approval_id_for`). `expires_at`
+    Its id is derived from the step and attempt (`approvals.policy.approval_id_for`). `expires_at`
     is the recorded deadline (the step's `wake_at` arms it); `remind_at` the next reminder.
     `requesters` are the ids of the users four eyes keep out (who started, forked or retried it).
     """

@@ -3,7 +3,7 @@ them (procrastinate's `queries.sql`), each led by a comment that is its contract
 
 A block's text names tables and columns as `{run}`, `{step}`... (quoted from the models'
 `_meta`, never from caller values) and may compose other blocks in as `{block_name}`
-(fragments, e.g. the run lock of `engine/claims.sql` that a transition takes). Parameters are
+(fragments, e.g. the run lock of `engine/store/claims.sql` that a transition takes). Parameters are
 named (`%(run_id)s`) and passed at execution, never formatted in.
 """
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 def orchestrate(run_id: str) -> None:
     """Run an orchestrator pass of the run (a no-op for settled or suspended runs)."""
-    from .engine.worker import run_pass
+    from .engine.operations.step_execution import run_pass
 
     run_pass(run_id)
 
 
 def execute_step(run_id: str, step_key: str) -> None:
     """Claim and run one attempt of a queued step (a no-op when there is nothing to claim)."""
-    from .engine.worker import execute_queued_step
+    from .engine.operations.step_execution import execute_queued_step
 
     execute_queued_step(run_id, step_key)

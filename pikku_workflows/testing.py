@@ -50,7 +50,7 @@ def drain(
     Raises DrainLimitExceeded after `limit` passes and steps (a workflow that never parks), and
     whatever a pass raises (an engine error the worker would log).
     """
-    from .engine.reads import get_run_status, run_pk
+    from .engine.operations.reads import get_run_status, run_pk
 
     root = None if run_id is None else run_pk(run_id)
     skip = timedelta(milliseconds=parse_duration(advance, what="advance")) if advance else None
@@ -78,7 +78,7 @@ def reject(
 def signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) -> dict[str, Any]:
     """Send the signal `name` to the run (`pw.send_signal`) and drain it; returns the run's
     status summary."""
-    from .engine.signals import send_signal
+    from .engine.operations.signals import send_signal
 
     send_signal(run_id, name, payload, by=by)
     return drain(run_id) or {}
@@ -87,7 +87,7 @@ def signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) -> di
 def _decide(
     run_id: Any, step_key: str, approve: bool, by: Any, comment: str, data: Any
 ) -> dict[str, Any]:
-    from .engine.approvals import decide_approval
+    from .engine.operations.approvals import decide_approval
 
     drain(run_id)
     decide_approval(
@@ -97,7 +97,7 @@ def _decide(
 
 
 def _pending_approval_id(run_id: Any, step_key: str) -> Any:
-    from .engine.reads import run_pk
+    from .engine.operations.reads import run_pk
     from .models import WorkflowApproval
     from .status import ApprovalStatus
 
@@ -128,7 +128,7 @@ class _Drainer:
         self.passed: dict[Any, tuple[Any, ...]] = {}
 
     def run(self, skip: timedelta | None) -> None:
-        from .engine.timers import shift_timers
+        from .engine.operations.timers import shift_timers
 
         self.until_idle()
         left = skip or timedelta(0)
@@ -154,7 +154,7 @@ class _Drainer:
         return armed.order_by("wake_at").values_list("wake_in", flat=True).first()
 
     def until_idle(self) -> None:
-        from .engine.timers import fire_due_timers
+        from .engine.operations.timers import fire_due_timers
 
         while True:
             before = self.snapshot()
@@ -213,7 +213,7 @@ class _Drainer:
         """What a step worker takes: queued steps of running runs nobody has claimed, and due
         retries of queued steps (the message of either may never have been sent: a TestCase
         never commits)."""
-        from .engine.worker import execute_queued_step
+        from .engine.operations.step_execution import execute_queued_step
         from .models import WorkflowStep
         from .registry import registry
         from .status import RunStatus, StepStatus
@@ -235,7 +235,7 @@ class _Drainer:
 
     def run_passes(self) -> None:
         """An orchestrator pass of every running run that changed since our last pass of it."""
-        from .engine.orchestrator import orchestrate
+        from .engine.replay.orchestrator import orchestrate
         from .status import RunStatus
 
         for pk, state in self.snapshot().items():

@@ -36,7 +36,7 @@ def arrange_forked_children() -> None:
     """From now on every fork of this process closes DB connections first (a socket must not be
     shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
     global _main_pid, _step_counts
-    from .engine.leases import heartbeat
+    from .engine.store.leases import heartbeat
 
     _main_pid = os.getpid()
     _step_counts = multiprocessing.Array("q", 2 * STEP_COUNT_SLOTS)
@@ -131,8 +131,8 @@ def _release_leases_and_exit(signum: int, frame: Any) -> None:
 
 
 def _hand_over_and_exit(signum: int) -> None:
-    from .engine.leases import heartbeat
-    from .engine.queued import shut_down_gracefully
+    from .engine.replay.queued import shut_down_gracefully
+    from .engine.store.leases import heartbeat
 
     deadline = time.monotonic() + HANDOVER_SECONDS + RELEASE_SECONDS
     shut_down_gracefully(HANDOVER_SECONDS)
@@ -149,7 +149,7 @@ def _hand_over_and_exit(signum: int) -> None:
 
 
 def _release(held: list[tuple[Any, int]]) -> None:
-    from .engine.leases import release_step_leases
+    from .engine.store.leases import release_step_leases
 
     try:
         release_step_leases(held)

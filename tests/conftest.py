@@ -66,7 +66,7 @@ def through_the_queue(settings: Any) -> None:
 @pytest.fixture
 def fresh_backoff(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A recovery backoff that remembers nothing (the module's one is shared by every test)."""
-    from pikku_workflows.engine import recovery
+    from pikku_workflows.engine.operations import recovery
 
     backoff = recovery.RedispatchBackoff()
     monkeypatch.setattr(recovery, "backoff", backoff)
@@ -94,7 +94,7 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     lease); woken now it exits and closes it, so the drop does not find the database in use.
     """
     yield
-    from pikku_workflows.engine.leases import heartbeat
+    from pikku_workflows.engine.store.leases import heartbeat
 
     thread = heartbeat._thread
     if thread is not None and thread.is_alive():

@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..engine.control import OPERATION_RULES, Rule, split_for_fork
+from ..engine.operations.control import OPERATION_RULES, Rule, split_for_fork
 from ..models import WorkflowRun
 from ..status import StepStatus
 from .display import is_engine_key, run_change_url, run_link, short_id, status_badge

@@ -33,10 +33,10 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..approval_forms import load_form
-from ..approval_policy import DECIDE_PERMISSION, ApprovalPolicy, refusal
-from ..engine.approval_reads import VIEW_APPROVAL_PERMISSION, decidable_by, visible_to
-from ..engine.approval_rows import decider_for
+from ..approvals.forms import load_form
+from ..approvals.policy import DECIDE_PERMISSION, ApprovalPolicy, refusal
+from ..engine.operations.approval_reads import VIEW_APPROVAL_PERMISSION, decidable_by, visible_to
+from ..engine.store.approval_rows import decider_for
 from ..models import WorkflowApproval, WorkflowApprovalDecision
 from ..querysets import DatabaseNow
 from ..status import ApprovalStatus

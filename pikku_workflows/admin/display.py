@@ -17,8 +17,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..engine.control import COMPENSATION_SUFFIX
-from ..engine.steps import SUSPEND_PREFIX
+from ..engine.operations.control import COMPENSATION_SUFFIX
+from ..engine.replay.steps import SUSPEND_PREFIX
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 ADMIN_JS = "pikku_workflows/admin.js"

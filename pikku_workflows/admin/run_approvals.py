@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..approval_policy import DECIDE_PERMISSION
-from ..engine.approval_reads import decidable_by
-from ..engine.approval_rows import eligible_deciders
+from ..approvals.policy import DECIDE_PERMISSION
+from ..engine.operations.approval_reads import decidable_by
+from ..engine.store.approval_rows import eligible_deciders
 from ..models import WorkflowApproval, WorkflowApprovalDecision, WorkflowRun, WorkflowStep
 from ..status import RunStatus
 from .display import EMPTY, format_moment, pretty_json, status_badge

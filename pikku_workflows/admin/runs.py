@@ -21,7 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from ..engine.reads import waiting_on
+from ..engine.operations.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus

@@ -9,7 +9,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..engine.versions import current_version, run_graph_definition
+from ..engine.replay.versions import current_version, run_graph_definition
 from ..exceptions import InvalidInput, VersionNotFound
 from ..graph import parse_definition
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion

@@ -7,10 +7,10 @@ decide or see, as the admin's inbox judges them)."""
 
 from __future__ import annotations
 
-from ..engine.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
-from ..engine.control import OPERATION_RULES, Rule
-from ..engine.reads import summarize
-from ..engine.runs import start_run
+from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
+from ..engine.operations.control import OPERATION_RULES, Rule
+from ..engine.operations.reads import summarize
+from ..engine.operations.runs import start_run
 
 __all__ = [
     "OPERATION_RULES",

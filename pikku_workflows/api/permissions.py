@@ -24,7 +24,7 @@ from rest_framework.request import Request
 
 import pikku_workflows as pw
 
-from ..approval_policy import DECIDE_PERMISSION, REASSIGN_PERMISSION
+from ..approvals.policy import DECIDE_PERMISSION, REASSIGN_PERMISSION
 from ..conf import pikku_settings
 from ..models import WorkflowApproval, WorkflowRun
 from .engine_internals import visible_to

@@ -35,7 +35,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "RunStatusEnum": "pikku_workflows.status.RunStatus",
         "StepStatusEnum": "pikku_workflows.status.StepStatus",
         "ApprovalStatusEnum": "pikku_workflows.status.ApprovalStatus",
-        "ApprovalPolicyEnum": "pikku_workflows.approval_policy.ApprovalPolicy",
+        "ApprovalPolicyEnum": "pikku_workflows.approvals.policy.ApprovalPolicy",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -8,7 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..approval_policy import ApprovalPolicy, OnExpire
+from ..approvals.policy import ApprovalPolicy, OnExpire
 from ..querysets import WAITING_KINDS
 from ..status import ApprovalStatus, RunStatus, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH

@@ -1,6 +1,6 @@
 """Checks of an approval node's options: the keyword arguments of `wf.approval`, as JSON.
 
-They are judged by `wf.approval`'s own rules (`approval_policy.checked_request`), so a graph
+They are judged by `wf.approval`'s own rules (`approvals.policy.checked_request`), so a graph
 that validates never fails on its approval options when a run reaches the node.
 """
 
@@ -10,7 +10,7 @@ import inspect
 import re
 from typing import Any
 
-from ..approval_policy import checked_request
+from ..approvals.policy import checked_request
 from ..exceptions import InvalidInput
 from ..status import ApprovalStatus
 

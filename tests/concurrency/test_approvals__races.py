@@ -12,9 +12,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
-from pikku_workflows.engine.claims import lock_due_reminders_txn
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store.claims import lock_due_reminders_txn
 from pikku_workflows.models import (
     WorkflowApproval,
     WorkflowApprovalDecision,

@@ -16,10 +16,14 @@ from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.engine.attempts import Outcome, claim_next_attempt, record_outcome
-from pikku_workflows.engine.leases import release_step_leases, renew_leases
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.timers import claim_due_timers
+from pikku_workflows.engine.operations.timers import claim_due_timers
+from pikku_workflows.engine.replay.attempts import (
+    Outcome,
+    claim_next_attempt,
+    record_outcome,
+)
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store.leases import release_step_leases, renew_leases
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.retry import RetryPolicy

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pikku_workflows.engine.attempts import step_context
-from pikku_workflows.engine.run_state import merge_run_state
+from pikku_workflows.engine.replay.attempts import step_context
+from pikku_workflows.engine.store.run_state import merge_run_state
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import StepStatus
 from tests.concurrency.harness import race

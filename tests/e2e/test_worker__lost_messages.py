@@ -10,7 +10,7 @@ from django_q.models import OrmQ
 
 import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.conftest import wait_until

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
 from pikku_workflows.status import ApprovalStatus, RunStatus
 from tests.approvals import approval_of, finished, past_deadline, person, register_gate, start
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
 from pikku_workflows.models import WorkflowApproval, WorkflowAuditEntry, WorkflowStep
 from pikku_workflows.status import ApprovalStatus, RunStatus, StepStatus
 from tests.approvals import (

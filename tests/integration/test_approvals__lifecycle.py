@@ -8,7 +8,7 @@ import pytest
 from django import forms
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import (
     WorkflowApproval,
     WorkflowApprovalDecision,

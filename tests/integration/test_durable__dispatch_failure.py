@@ -12,7 +12,7 @@ from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
 from pikku_workflows.exceptions import WorkflowDispatchException
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus

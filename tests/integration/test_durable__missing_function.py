@@ -7,7 +7,7 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepStatus

@@ -13,11 +13,11 @@ from django.test import override_settings
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
-from pikku_workflows.engine.attempts import claim_next_attempt
-from pikku_workflows.engine.leases import acquire_run_lease
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.recovery import RedispatchBackoff
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.recovery import RedispatchBackoff
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.attempts import claim_next_attempt
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store.leases import acquire_run_lease
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.graph_runs import Calls, register_graph_functions
@@ -288,7 +288,7 @@ def test_recover__resumes_a_run_whose_orchestrating_worker_died_mid_pass(ran, fr
 
 
 def test_recover__backoff_holds_a_run_between_relays(ran, monkeypatch):
-    from pikku_workflows.engine import recovery
+    from pikku_workflows.engine.operations import recovery
 
     clock = FakeClock()
     monkeypatch.setattr(recovery, "backoff", RedispatchBackoff(clock=clock))
@@ -312,7 +312,7 @@ def test_recover__backoff_holds_a_run_between_relays(ran, monkeypatch):
 
 
 def test_recover__backoff_is_per_run(ran, monkeypatch):
-    from pikku_workflows.engine import recovery
+    from pikku_workflows.engine.operations import recovery
 
     clock = FakeClock()
     monkeypatch.setattr(recovery, "backoff", RedispatchBackoff(clock=clock))
@@ -329,7 +329,7 @@ def test_recover__backoff_is_per_run(ran, monkeypatch):
 
 
 def test_recover__relays_every_lost_step_of_a_fan_out_in_one_sweep(monkeypatch):
-    from pikku_workflows.engine import recovery
+    from pikku_workflows.engine.operations import recovery
 
     register_graph_functions(Calls())
     branches = ["a", "b", "c"]
@@ -356,7 +356,7 @@ def test_recover__relays_every_lost_step_of_a_fan_out_in_one_sweep(monkeypatch):
 def test_recover__one_sweep_holds_the_other(ran, monkeypatch):
     # A run two sweeps find (its start message lost: never started, and stalled) gets one
     # message, not two; until it moves on, neither sweep sends another.
-    from pikku_workflows.engine import recovery
+    from pikku_workflows.engine.operations import recovery
 
     monkeypatch.setattr(recovery, "backoff", RedispatchBackoff(clock=FakeClock()))
     pw.start_workflow("rec.order", {"amount": 5})

@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 
 import pikku_workflows as pw
-from pikku_workflows.engine.leases import acquire_run_lease, release_run_lease
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store.leases import acquire_run_lease, release_run_lease
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue

@@ -11,9 +11,9 @@ from django.db import connection
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.engine.recovery import run_timer_loop
-from pikku_workflows.engine.replay import ReplayPass
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.recovery import run_timer_loop
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.replay_pass import ReplayPass
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.conftest import wait_until

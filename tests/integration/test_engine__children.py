@@ -187,7 +187,7 @@ def test_child__parked_child_parks_the_parent_step_as_waiting():
 def test_child__ending_on_a_later_pass_settles_the_parent_step_and_queues_the_parent():
     from django_q.models import OrmQ
 
-    from pikku_workflows.engine.orchestrator import orchestrate
+    from pikku_workflows.engine.replay.orchestrator import orchestrate
 
     @pw.workflow("children.later")
     def later(wf, input):
@@ -222,7 +222,7 @@ def test_child__ending_on_a_later_pass_settles_the_parent_step_and_queues_the_pa
 def test_child__queued_parent_pass_starts_the_child_on_a_worker():
     from django_q.models import OrmQ
 
-    from pikku_workflows.engine.orchestrator import orchestrate
+    from pikku_workflows.engine.replay.orchestrator import orchestrate
 
     calls = []
 

@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepStatus

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.rows import attempt_statuses, load_run, load_step

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.engine.leases import request_rerun
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store.leases import request_rerun
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.status import RunStatus
 from tests.rows import load_run
 

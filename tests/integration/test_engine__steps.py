@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.rows import load_run, load_step

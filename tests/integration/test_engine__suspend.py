@@ -6,7 +6,7 @@ import pytest
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.rows import load_run, load_step

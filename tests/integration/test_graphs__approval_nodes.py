@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowApproval
 from pikku_workflows.status import ApprovalStatus, RunStatus, StepKind, StepStatus
 from tests.approvals import approval_of, finished, past_deadline, person

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.graph_runs import Calls, graph_steps, register_graph_functions, step_keys

@@ -10,7 +10,7 @@ from django.db import DatabaseError, connection
 from django.test import override_settings
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.exceptions import WorkflowDispatchException
 from pikku_workflows.models import WorkflowStep, WorkflowVersion
 from pikku_workflows.status import RunStatus, StepStatus

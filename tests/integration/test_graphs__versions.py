@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.graph import definition_hash
 from pikku_workflows.models import WorkflowVersion
 from pikku_workflows.registry import registry

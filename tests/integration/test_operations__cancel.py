@@ -7,9 +7,9 @@ import pytest
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.runs import wait_for_run
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.runs import wait_for_run
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue

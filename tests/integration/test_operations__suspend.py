@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue

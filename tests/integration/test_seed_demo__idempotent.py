@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
-from pikku_workflows.engine.approval_reads import decidable_by
+from pikku_workflows.engine.operations.approval_reads import decidable_by
 from pikku_workflows.models import WorkflowApproval, WorkflowRun, WorkflowStep
 from pikku_workflows.status import StepStatus
 from project.demo.management.commands.seed_demo import DEMO_ORDERS, DEMO_SIGNUPS

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import orchestrate
-from pikku_workflows.engine.timers import fire_due_timers
+from pikku_workflows.engine.operations.timers import fire_due_timers
+from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowSignal, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepKind, StepStatus

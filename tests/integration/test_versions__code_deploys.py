@@ -61,7 +61,7 @@ def test_deploy__a_run_goes_on_under_new_code_whose_fingerprint_changed(charges)
     deploy("deploy.order", v1)
     run_id = pw.start_workflow("deploy.order", {})
     v1_version = load_run(run_id).code_version
-    from pikku_workflows.engine.orchestrator import orchestrate
+    from pikku_workflows.engine.replay.orchestrator import orchestrate
 
     orchestrate(run_id)  # parks on the queued charge
 

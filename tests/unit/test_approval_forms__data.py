@@ -10,7 +10,7 @@ import pytest
 from django import forms
 from django.http import QueryDict
 
-from pikku_workflows.approval_forms import decision_data, form_path, load_form
+from pikku_workflows.approvals.forms import decision_data, form_path, load_form
 from pikku_workflows.exceptions import InvalidDecisionData, InvalidInput
 
 PATH = "tests.unit.test_approval_forms__data.RefundDecision"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pikku_workflows.approval_policy import (
+from pikku_workflows.approvals.policy import (
     ApprovalOutcome,
     Decider,
     Vote,

@@ -6,7 +6,7 @@ import pytest
 from django.test import override_settings
 
 from pikku_workflows.checks import check_non_determinism_setting
-from pikku_workflows.engine.versions import status_on_non_determinism
+from pikku_workflows.engine.replay.versions import status_on_non_determinism
 from pikku_workflows.status import RunStatus
 
 

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.test import override_settings
 
-from pikku_workflows.engine import recovery
-from pikku_workflows.engine.recovery import RedispatchBackoff
+from pikku_workflows.engine.operations import recovery
+from pikku_workflows.engine.operations.recovery import RedispatchBackoff
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from pikku_workflows import dispatch
-from pikku_workflows.engine import run_rows, transitions
+from pikku_workflows.engine.store import run_rows, transitions
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.sql import parse_blocks, without_comments
 

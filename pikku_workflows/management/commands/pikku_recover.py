@@ -12,6 +12,6 @@ class Command(BaseCommand):
     help = "Fire due timers, re-dispatch lapsed leases, relay lost messages, resume stalled runs."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from pikku_workflows.engine.recovery import recover
+        from pikku_workflows.engine.operations.recovery import recover
 
         self.stdout.write(json.dumps(recover()))

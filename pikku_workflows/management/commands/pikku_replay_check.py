@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...engine.replay_check import (
+from ...engine.operations.replay_check import (
     DEFAULT_LIMIT,
     NON_DETERMINISTIC,
     OK,

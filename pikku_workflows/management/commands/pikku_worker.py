@@ -53,7 +53,7 @@ class Command(BaseCommand):
         from django_q.cluster import Cluster
         from django_q.conf import Conf
 
-        from pikku_workflows.engine.recovery import run_timer_loop
+        from pikku_workflows.engine.operations.recovery import run_timer_loop
         from pikku_workflows.worker_process import arrange_forked_children, steps_in_flight
         from pikku_workflows.workers import WorkerRegistration
 

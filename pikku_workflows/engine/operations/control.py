@@ -1,0 +1,401 @@
+"""Operator control of runs: cancel, suspend, resume, retry and fork, each audited; and the
+rules of which statuses each accepts, which the admin and the API offer from (docs/architecture.md §7).
+
+Each checks its arguments, then the run's status: an illegal move is `InvalidTransition` with
+nothing written; a target status that already holds is a quiet success that writes nothing;
+otherwise the status change and one `WorkflowAuditEntry` commit together, and queue messages go
+out after the commit (a refused one is logged; recovery relays the run).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from ... import events
+from ...dispatch import enqueue_orchestration
+from ...exceptions import (
+    InvalidInput,
+    InvalidTransition,
+    RunNotFound,
+    WorkflowCancelled,
+    WorkflowDispatchException,
+    WorkflowSuspended,
+)
+from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
+from ...querysets import DatabaseNow
+from ...serialization import describe_error
+from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
+from ..replay import children
+from ..store.run_rows import create_run_row
+from ..store.transitions import (
+    cancel_pending_approvals_txn,
+    create_step_txn,
+    move_run,
+    move_step_txn,
+)
+from .reads import get_run_status, run_pk
+from .runs import checked_user
+from .timers import dispatch_woken
+
+logger = logging.getLogger(__name__)
+
+# A run that keeps changing between our read and our guarded write is refused after this many
+# tries rather than chased forever.
+OPERATION_TRIES = 3
+
+COMPENSATION_SUFFIX = ":onError"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An operation's status rule: it takes a run in one of `sources` to `target` (None: the
+    run keeps its status, as a fork's source does). `past` words its outcome ("cancelled")."""
+
+    action: str
+    target: str | None
+    sources: frozenset[str]
+    past: str
+
+    @property
+    def requirement(self) -> str:
+        """The rule in words, for a refusal: "only running or suspended runs can be cancelled"."""
+        named = [status for status in RunStatus.values if status in self.sources]
+        statuses = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
+        return f"only {statuses} runs can be {self.past}"
+
+
+CANCEL = Rule(
+    "cancel", RunStatus.CANCELLED, frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}), "cancelled"
+)
+SUSPEND = Rule("suspend", RunStatus.SUSPENDED, frozenset({RunStatus.RUNNING}), "suspended")
+RESUME = Rule("resume", RunStatus.RUNNING, frozenset({RunStatus.SUSPENDED}), "resumed")
+RETRY = Rule("retry", RunStatus.RUNNING, frozenset({RunStatus.FAILED}), "retried")
+FORK = Rule("fork", None, TERMINAL_RUN_STATUSES, "forked")
+OPERATION_RULES = {rule.action: rule for rule in (CANCEL, SUSPEND, RESUME, RETRY, FORK)}
+
+# apply_txn(run pk, status before) does the operation's writes inside the transaction.
+Apply = Callable[[uuid.UUID, str], None]
+
+
+def cancel_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, Any]:
+    """Cancel a running or suspended run, its armed timers and its live child runs.
+
+    A step already running finishes and its result is recorded, but the run does not advance:
+    every later write of the pass is guarded on the run being `running`.
+    """
+    pk, reason, by = _checked(run_id, reason, by)
+    if _operate(pk, CANCEL, lambda pk, before: _cancel_txn(pk, before, reason, by)):
+        # A run cancelled on its own (not with its parent) ends its parent's step like a
+        # failure would, so the parent is not left waiting on it forever.
+        children.notify_parent(pk)
+    return get_run_status(pk)
+
+
+def suspend_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, Any]:
+    """Suspend a running run: it starts nothing new until resumed; running steps finish."""
+    pk, reason, by = _checked(run_id, reason, by)
+    error = _operator_error(WorkflowSuspended(reason or "Suspended by an operator."))
+
+    def apply_txn(pk: uuid.UUID, before: str) -> None:
+        move_run(pk, RunStatus.SUSPENDED, expected=[before], error=error)
+        _audit(pk, SUSPEND.action, before, SUSPEND.target, by, reason)
+
+    _operate(pk, SUSPEND, apply_txn)
+    return get_run_status(pk)
+
+
+def resume_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
+    """Move a suspended run (by an operator, `wf.suspend` or RPC_NOT_FOUND) back to running and
+    enqueue a pass; a running run is left as is."""
+    pk, reason, by = _checked(run_id, reason, by)
+
+    def apply_txn(pk: uuid.UUID, before: str) -> None:
+        move_run(pk, RunStatus.RUNNING, expected=[before], error=None)
+        _audit(pk, RESUME.action, before, RESUME.target, by, reason)
+        enqueue_orchestration(pk)
+        scheduled = _scheduled_steps(pk)
+        if scheduled:
+            transaction.on_commit(lambda: _relay_steps(pk, scheduled))
+
+    _operate(pk, RESUME, apply_txn)
+    return get_run_status(pk)
+
+
+def retry_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
+    """Give a failed run's exhausted steps a fresh budget of `retries + 1` attempts and run it
+    again; steps that succeeded are not re-run. A running run is left as is."""
+    pk, reason, by = _checked(run_id, reason, by)
+
+    def apply_txn(pk: uuid.UUID, before: str) -> None:
+        # The steps before the run row (the lock order of claims.sql); a refused move rolls back.
+        rearmed = [_rearm_step_txn(step) for step in _exhausted_steps(pk)]
+        move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None)
+        _audit(pk, RETRY.action, before, RETRY.target, by, reason, steps=rearmed)
+        enqueue_orchestration(pk)
+
+    _operate(pk, RETRY, apply_txn)
+    return get_run_status(pk)
+
+
+def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -> str:
+    """Start a new run of the same workflow and input that reuses the results of the steps
+    recorded before `from_step` and executes again from there; returns the new run's id.
+
+    The source must have ended. The fork is always queued (an operator's request must not run
+    a workflow body in the web process) and linked by `forked_from`; the fork is audited on both
+    runs: the source's row names the new run, the new run's names its source.
+    """
+    pk, reason, by = _checked(run_id, reason, by)
+    checked_text(from_step, "from_step", max_length=KEY_MAX_LENGTH)
+    source = WorkflowRun.objects.filter(pk=pk).first()
+    if source is None:
+        raise RunNotFound(run_id)
+    if source.status not in FORK.sources:
+        raise InvalidTransition(f"run {pk} (fork)", source.status, FORK.past)
+    reused = _steps_before(pk, from_step)
+    with transaction.atomic():
+        fork = create_run_row(
+            source.workflow,
+            source.input,
+            inline=False,
+            forked_from_id=pk,
+            started_by_id=by.pk if by is not None else source.started_by_id,
+            subject_type_id=source.subject_type_id,
+            subject_id=source.subject_id,
+        )
+        for step in reused:
+            _copy_step_txn(fork.pk, step)
+        _audit(
+            pk,
+            "fork",
+            source.status,
+            source.status,
+            by,
+            reason,
+            new_run_id=str(fork.pk),
+            from_step=from_step,
+            copied_steps=[step.step_key for step in reused],
+        )
+        _audit(
+            fork.pk,
+            "fork",
+            "",
+            RunStatus.RUNNING,
+            by,
+            reason,
+            forked_from=str(pk),
+            from_step=from_step,
+            copied_steps=[step.step_key for step in reused],
+        )
+        enqueue_orchestration(fork.pk)
+    return str(fork.pk)
+
+
+def _checked(run_id: Any, reason: Any, by: Any) -> tuple[uuid.UUID, str, Any]:
+    """The run's key, the reason and the acting user, each checked before anything is read."""
+    pk = run_pk(run_id)
+    checked_text(reason, "The reason", max_length=REASON_MAX_LENGTH, allow_empty=True)
+    return pk, reason, checked_user(by, "by")
+
+
+def _operator_error(why: Exception) -> dict[str, Any]:
+    return describe_error(why, traceback=False)
+
+
+def _operate(pk: uuid.UUID, rule: Rule, apply_txn: Apply) -> bool:
+    """Apply `rule` to the run: True when it changed, False when the target already held."""
+    for _ in range(OPERATION_TRIES):
+        before = _status_of(pk)
+        if before == rule.target:
+            return False
+        if before not in rule.sources:
+            raise InvalidTransition(f"run {pk} ({rule.action})", before, rule.target or "")
+        try:
+            with transaction.atomic():
+                apply_txn(pk, before)
+            return True
+        except InvalidTransition:
+            # The guarded write found another status: someone moved the run since our read
+            # (decide again), or the refusal is about something else (let it through).
+            if _status_of(pk) == before:
+                raise
+    raise InvalidTransition(f"run {pk} ({rule.action})", _status_of(pk), rule.target or "")
+
+
+def _status_of(pk: uuid.UUID) -> str:
+    status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
+    if status is None:
+        raise RunNotFound(pk)
+    return status
+
+
+def _audit(
+    pk: uuid.UUID,
+    action: str,
+    before: str,
+    after: str | None,
+    by: Any,
+    reason: str,
+    **payload: Any,
+) -> None:
+    WorkflowAuditEntry.objects.create(
+        run_id=pk,
+        action=action,
+        user=by,
+        reason=reason,
+        payload={"status_before": before, "status_after": after, **payload},
+    )
+    events.announce_operator_action(pk, action, by, reason, before, after)
+
+
+def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
+    """Cancel one run and, depth first, its live children; every run gets its own audit row."""
+    error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
+    # Its steps before the run row (the lock order of claims.sql); a refused move rolls back.
+    disarmed = _disarm_timers_txn(pk)
+    closed = cancel_pending_approvals_txn(pk)
+    move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
+    events.announce_run_finished(pk, RunStatus.CANCELLED, error)
+    cancelled = _cancel_children_txn(pk, reason, by)
+    _audit(
+        pk,
+        CANCEL.action,
+        before,
+        CANCEL.target,
+        by,
+        reason,
+        disarmed_timers=disarmed,
+        cancelled_children=cancelled,
+        **({"cancelled_approvals": closed} if closed else {}),
+        **payload,
+    )
+
+
+def _disarm_timers_txn(pk: uuid.UUID) -> list[str]:
+    """Clear the run's pending timers (sleeps, retry backoffs, expiries): none may fire now."""
+    armed = WorkflowStep.objects.filter(run_id=pk, wake_at__isnull=False)
+    keys = list(armed.order_by("created_at", "step_key").values_list("step_key", flat=True))
+    armed.update(wake_at=None, updated_at=DatabaseNow())
+    return keys
+
+
+def _cancel_children_txn(pk: uuid.UUID, reason: str, by: Any) -> list[str]:
+    live = WorkflowRun.objects.filter(
+        parent_run_id=pk, status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]
+    ).order_by("created_at")
+    child_reason = f"Parent run {pk} was cancelled" + (f": {reason}" if reason else ".")
+    cancelled = []
+    for child_pk, status in live.values_list("pk", "status"):
+        try:
+            with transaction.atomic():  # a savepoint: a child that moved on rolls back alone
+                _cancel_txn(child_pk, status, child_reason, by, parent_run_id=str(pk))
+        except InvalidTransition:
+            # The child ended (or was cancelled) since we listed it: nothing left to cancel.
+            continue
+        cancelled.append(str(child_pk))
+    return cancelled
+
+
+def _scheduled_steps(pk: uuid.UUID) -> list[tuple[str, str | None]]:
+    """Queued steps dispatched before a suspend: a worker that got the message while the run was
+    suspended could not claim it, and recovery would relay it only much later."""
+    scheduled = WorkflowStep.objects.filter(
+        run_id=pk, status=StepStatus.SCHEDULED, wake_at__isnull=True
+    )
+    return list(scheduled.values_list("step_key", "function_name"))
+
+
+def _relay_steps(pk: uuid.UUID, steps: list[tuple[str, str | None]]) -> None:
+    # A redundant message is harmless: the worker's claim decides who runs the step.
+    for step_key, function_name in steps:
+        try:
+            dispatch_woken(pk, step_key, function_name)
+        except WorkflowDispatchException:
+            logger.warning("pikku_workflows: relay of %s failed; recovery will retry", step_key)
+
+
+def _exhausted_steps(pk: uuid.UUID) -> list[WorkflowStep]:
+    """The steps retry re-arms: failed with no attempts left. `on_error` handlers are left as
+    they are: compensation runs once per step, and a re-armed handler would stay pending for
+    ever once its step succeeds."""
+    return list(
+        WorkflowStep.objects.filter(
+            run_id=pk, status=StepStatus.FAILED, attempt__gte=F("attempt_limit")
+        )
+        .exclude(step_key__endswith=COMPENSATION_SUFFIX)
+        .order_by("created_at", "step_key")
+    )
+
+
+def _rearm_step_txn(step: WorkflowStep) -> dict[str, Any]:
+    """Open a new attempt in `pending` with `retries + 1` attempts to go; the attempt number
+    carries on (it fences out any worker still holding an older attempt)."""
+    limit = step.attempt + step.retries + 1
+    previous = step.attempt
+    moved = move_step_txn(
+        step,
+        StepStatus.PENDING,
+        expected=[StepStatus.FAILED],
+        new_attempt=True,
+        attempt_limit=limit,
+        result=None,
+        error=None,
+        wake_at=None,
+        lease_expires_at=None,
+    )
+    if not moved:
+        raise InvalidTransition(f"step {step.step_key!r}", step.status, StepStatus.PENDING)
+    return {"step_key": step.step_key, "attempt": previous, "attempt_limit": limit}
+
+
+def split_for_fork(steps: Sequence[tuple[str, str]], from_step: str) -> tuple[list[str], list[str]]:
+    """For a fork from `from_step`: the keys whose results it reuses (the succeeded steps before
+    it) and the keys recorded in the source that execute again (every other one); `steps` are
+    (key, status) in the order the source created them. The admin previews a fork with it."""
+    keys = [key for key, _ in steps]
+    if from_step not in keys:
+        raise InvalidInput(f"There is no step {from_step!r} to fork from; the steps are {keys}.")
+    before = keys.index(from_step)
+    reused = [key for key, status in steps[:before] if status == StepStatus.SUCCEEDED]
+    kept = set(reused)
+    return reused, [key for key in keys if key not in kept]
+
+
+def _steps_before(pk: uuid.UUID, from_step: Any) -> list[WorkflowStep]:
+    """The succeeded steps recorded before `from_step`, in the order the source created them."""
+    steps = list(WorkflowStep.objects.filter(run_id=pk).order_by("created_at", "step_key"))
+    try:
+        reused, _ = split_for_fork([(s.step_key, s.status) for s in steps], from_step)
+    except InvalidInput as exc:
+        raise InvalidInput(f"Run {pk}: {exc.message}") from None
+    return [step for step in steps if step.step_key in reused]
+
+
+def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:
+    """Record a source step's result in the fork as a succeeded first attempt, marked copied:
+    replay returns it without calling the step function."""
+    return create_step_txn(
+        fork_pk,
+        step.step_key,
+        status=StepStatus.SUCCEEDED,
+        copied=True,
+        kind=step.kind,
+        function_name=step.function_name,
+        data=step.data,
+        result=step.result,
+        retries=step.retries,
+        attempt_limit=step.retries + 1,
+        retry_delay=step.retry_delay,
+        timeout_ms=step.timeout_ms,
+        from_step_key=step.from_step_key,
+        branch_taken=step.branch_taken,
+        child_run_id=step.child_run_id,
+    )

@@ -1,0 +1,176 @@
+"""What a run looks like from outside, read only: its status summary (the API's run summary: what each step
+did, what the run waits on), its timeline (every attempt's events and operator actions, in
+order) and its state at any point of that timeline (the pure folds are in `time_travel`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import F, Prefetch
+
+from ...approvals.policy import approval_id_for
+from ...exceptions import RunNotFound
+from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from ...time_travel import build_timeline, state_at
+from ..replay.replay_pass import lease_lapsed
+
+
+def run_pk(run_id: Any) -> uuid.UUID:
+    """The run id as a UUID; a malformed id names no run (RunNotFound, not a ValidationError)."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        raise RunNotFound(run_id) from None
+
+
+def get_run_status(run_id: Any) -> dict[str, Any]:
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_pk(run_id)).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    steps = list(
+        WorkflowStep.objects.filter(run_id=run.pk)
+        .with_clock()
+        .order_by("created_at", "step_key")
+        .prefetch_related(
+            Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
+        )
+    )
+    return summarize(run, steps)
+
+
+def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
+    error = run.error or None
+    return {
+        "id": str(run.pk),
+        "workflow": run.workflow,
+        "status": run.status,
+        "started_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "started_by": run.started_by.get_username() if run.started_by else None,
+        "steps": [_step_summary(step) for step in steps],
+        "planned_steps": run.planned_steps,
+        "waiting_on": waiting_on(run, steps),
+        "output": run.output if run.status == RunStatus.COMPLETED else None,
+        "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+    }
+
+
+def _step_summary(step: WorkflowStep) -> dict[str, Any]:
+    attempts = list(step.history.all())
+    latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
+    return {
+        "key": step.step_key,
+        "status": step.status,
+        "attempts": step.attempt,
+        "duration_ms": _duration_ms(latest),
+        "function": step.function_name,
+    }
+
+
+def _duration_ms(history: WorkflowStepHistory | None) -> int | None:
+    if history is None:
+        return None
+    end = history.succeeded_at or history.failed_at
+    if end is None:
+        return None
+    start = history.running_at or history.created_at
+    return max(int((end - start).total_seconds() * 1000), 0)
+
+
+def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | None:
+    """What a live run waits for: the newest step still in flight (None for ended runs)."""
+    if run.status in TERMINAL_RUN_STATUSES:
+        return None
+    if run.status == RunStatus.SUSPENDED:
+        return {"kind": "suspend", "reason": (run.error or {}).get("message", "")}
+    for step in reversed(steps):
+        described = _step_wait(step)
+        if described is not None:
+            return {"step_key": step.step_key, **described}
+    return None
+
+
+def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
+    if step.status == StepStatus.WAITING and step.child_run_id:
+        return {"kind": "child", "child_run_id": str(step.child_run_id)}
+    if step.status == StepStatus.WAITING and step.kind in (StepKind.APPROVAL, StepKind.SIGNAL):
+        return _parked_wait(step)
+    if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == StepKind.SLEEP:
+        return {"kind": "timer", "until": step.wake_at.isoformat()}
+    if step.status == StepStatus.FAILED and step.wake_at and step.attempt < step.attempt_limit:
+        at = step.wake_at.isoformat()
+        return {"kind": "retry", "attempt": step.attempt + 1, "at": at, "until": at}
+    if step.status == StepStatus.RUNNING and step.lease_expires_at:
+        kind = "lease" if lease_lapsed(step) else "step"
+        return {"kind": kind, "lease_expires_at": step.lease_expires_at.isoformat()}
+    if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
+        return {"kind": "step"}
+    return None
+
+
+def _parked_wait(step: WorkflowStep) -> dict[str, Any]:
+    """An approval (its id follows from the step) or a signal; `until` is the step's timer: the
+    approval's deadline, the signal's timeout."""
+    wait: dict[str, Any]
+    if step.kind == StepKind.APPROVAL:
+        wait = {"kind": "approval", "approval_id": str(approval_id_for(step.pk, step.attempt))}
+    else:
+        wait = {"kind": "signal"}
+        if "data" not in step.get_deferred_fields():  # the admin list leaves step data out
+            wait["signal"] = (step.data or {}).get("signal")
+    if step.wake_at:
+        wait["until"] = step.wake_at.isoformat()
+    return wait
+
+
+HISTORY_COLUMNS = ("attempt", "status", "result", "error", *HISTORY_TIMESTAMP.values())
+
+
+def get_run_timeline(run_id: Any) -> list[dict[str, Any]]:
+    """`[{seq, at, step_key, attempt, event, ...}]`, ordered; see `time_travel` for the keys."""
+    pk = run_pk(run_id)
+    if not WorkflowRun.objects.filter(pk=pk).exists():
+        raise RunNotFound(run_id)
+    return _timeline(pk)
+
+
+def reconstruct_run_state(run_id: Any, at: Any = None) -> dict[str, Any]:
+    """The run as it stood at `at` (a seq or a datetime, inclusive; default: the last event):
+    `{seq, at, phase, steps: {key: {status, attempt, result, error}}, path, results}`."""
+    pk = run_pk(run_id)
+    status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
+    if status is None:
+        raise RunNotFound(run_id)
+    return state_at(_timeline(pk), at, run_status=status)
+
+
+def _timeline(pk: uuid.UUID) -> list[dict[str, Any]]:
+    # Rows in step creation order, so events tied on time, lifecycle and attempt keep it.
+    history = (
+        WorkflowStepHistory.objects.filter(step__run_id=pk)
+        .order_by("step__created_at", "step__step_key", "attempt")
+        .values(
+            *HISTORY_COLUMNS,
+            step_key=F("step__step_key"),
+            from_step_key=F("step__from_step_key"),
+        )
+    )
+    entries = (
+        WorkflowAuditEntry.objects.filter(run_id=pk)
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
+    audit = [
+        {
+            "action": entry.action,
+            "user": entry.user.get_username() if entry.user else None,
+            "created_at": entry.created_at,
+        }
+        for entry in entries
+    ]
+    return build_timeline(history, audit)

@@ -1,0 +1,242 @@
+"""Starting runs (`start_workflow`) and waiting for them (`run_to_completion`).
+
+Every argument is checked before anything is written: a bad one is an `InvalidInput` (or
+`WorkflowNotFound`) and leaves no run behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.contenttypes.models import ContentType
+from django.db import Error as DatabaseError
+from django.db import IntegrityError, models, transaction
+
+from ...dispatch import enqueue_orchestration
+from ...exceptions import (
+    IdempotencyConflict,
+    InvalidInput,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunSuspended,
+    RunTimeout,
+    WorkflowDispatchException,
+    _RunEnded,
+)
+from ...models import WorkflowRun
+from ...registry import registry, validate_graph_functions
+from ...serialization import NotStorableJson, round_trip
+from ...status import TERMINAL_RUN_STATUSES, RunStatus
+from ...validation import KEY_MAX_LENGTH, checked_text
+from ..replay.orchestrator import orchestrate
+from ..replay.replay_pass import LeasedRun
+from ..store.leases import new_lease_holder
+from ..store.run_rows import create_run_row
+from .reads import run_pk
+
+logger = logging.getLogger(__name__)
+
+POLL_FIRST_SECONDS = 0.01
+POLL_GROWTH = 1.6
+POLL_MAX_SECONDS = 1.0
+
+
+def start_workflow(
+    name: str,
+    input: Any = None,
+    *,
+    inline: bool = False,
+    idempotency_key: str | None = None,
+    started_by: Any = None,
+    subject: Any = None,
+) -> str:
+    """Create a run and return its id; never raises for a failing body (the run records it).
+
+    `inline=True` drives the run in this process until it completes, fails or parks. Inside an
+    open `transaction.atomic()` the run (and an inline pass) live in that transaction: they
+    vanish with a rollback, and queued work is enqueued only after the commit.
+    """
+    run_id, _ = start_run(
+        name,
+        input,
+        inline=inline,
+        idempotency_key=idempotency_key,
+        started_by=started_by,
+        subject=subject,
+    )
+    return run_id
+
+
+def start_run(
+    name: str,
+    input: Any = None,
+    *,
+    inline: bool = False,
+    idempotency_key: str | None = None,
+    started_by: Any = None,
+    subject: Any = None,
+) -> tuple[str, bool]:
+    """`start_workflow`, also saying whether this call created the run (False: the run the
+    idempotency key already named, including when another caller's insert won the race)."""
+    definition = registry.get_workflow(name)
+    if definition.graph is not None:
+        # Step functions may register after the graph: its names are checked at each start.
+        validate_graph_functions(definition.graph, registry, name)
+    if not isinstance(inline, bool):
+        raise InvalidInput(f"inline must be True or False, not {inline!r}.")
+    try:
+        input = round_trip(input)
+    except NotStorableJson as exc:
+        raise InvalidInput(f"The input of {name!r} is not storable JSON: {exc}") from exc
+    if idempotency_key is not None:
+        checked_text(idempotency_key, "The idempotency_key", max_length=KEY_MAX_LENGTH)
+    fields = {"started_by": checked_user(started_by, "started_by"), **_subject_fields(subject)}
+    holder = new_lease_holder() if inline else None
+    run, created = _create_or_reuse(name, input, holder, idempotency_key, fields)
+    if created:
+        _begin(run, holder)
+    return str(run.pk), created
+
+
+def checked_user(user: Any, what: str) -> Any:
+    """A saved user, or None; anything else (a username, an AnonymousUser, an unsaved user) is
+    InvalidInput: the audit trail and `started_by` must point at a real account."""
+    if user is None:
+        return None
+    if not isinstance(user, AbstractBaseUser) or user.pk is None:
+        raise InvalidInput(
+            f"{what} must be a saved user (or None), not {type(user).__name__} {user!r:.60}; "
+            "pass None for an anonymous request."
+        )
+    return user
+
+
+def _subject_fields(subject: Any) -> dict[str, Any]:
+    if subject is None:
+        return {}
+    if not isinstance(subject, models.Model) or subject.pk is None:
+        raise InvalidInput(
+            f"subject must be a saved model instance (or None), not {type(subject).__name__}."
+        )
+    subject_id = checked_text(str(subject.pk), "The subject's id", max_length=KEY_MAX_LENGTH)
+    return {"subject_type": ContentType.objects.get_for_model(subject), "subject_id": subject_id}
+
+
+def _create_or_reuse(
+    name: str, input: Any, holder: str | None, key: str | None, fields: dict[str, Any]
+) -> tuple[WorkflowRun, bool]:
+    """The new run (an inline one born leased to `holder`), or the one `key` already names."""
+    if key is not None:
+        existing = WorkflowRun.objects.filter(workflow=name, idempotency_key=key).first()
+        if existing is not None:
+            return _same_input(existing, input, key), False
+    # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError).
+    guarded = transaction.atomic if transaction.get_connection().in_atomic_block else nullcontext
+    try:
+        with guarded():
+            run = create_run_row(
+                name,
+                input,
+                inline=holder is not None,
+                lease_holder=holder,
+                idempotency_key=key,
+                **fields,
+            )
+    except IntegrityError:
+        # Another caller created the run with this key between our read and insert.
+        existing = WorkflowRun.objects.filter(workflow=name, idempotency_key=key).first()
+        if key is None or existing is None:
+            raise
+        return _same_input(existing, input, key), False
+    return run, True
+
+
+def _same_input(run: WorkflowRun, input: Any, key: str) -> WorkflowRun:
+    if run.input != input:
+        raise IdempotencyConflict(run.workflow, key)
+    return run
+
+
+def _begin(run: WorkflowRun, holder: str | None) -> None:
+    try:
+        if holder is not None:
+            # Born leased, and new: the first pass has no steps to read.
+            orchestrate(run.pk, inline_caller=True, leased=LeasedRun(run, holder, steps={}))
+        else:
+            enqueue_orchestration(run.pk)
+    except (DatabaseError, WorkflowDispatchException):
+        if transaction.get_connection().in_atomic_block:
+            raise  # the caller's transaction is what failed: it must know
+        # The run is recorded; recovery relays it once the queue (or the database) is back.
+        logger.warning("pikku_workflows: run %s not driven now; recovery will relay it", run.pk)
+
+
+def run_to_completion(
+    name: str, input: Any = None, *, timeout: float | timedelta | None = None
+) -> Any:
+    """Start the run inline and wait until it ends: its output, or RunFailed/RunCancelled/
+    RunSuspended; RunTimeout when `timeout` seconds pass first.
+
+    Inside an open transaction a run that parks could never finish (workers cannot see it
+    before the commit): it is refused with InvalidInput, and nothing of it is kept.
+    """
+    seconds = _timeout_seconds(timeout)
+    if not transaction.get_connection().in_atomic_block:
+        return wait_for_run(start_workflow(name, input, inline=True), timeout=seconds)
+    try:
+        with transaction.atomic():
+            run_id = start_workflow(name, input, inline=True)
+            status = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True)[0]
+            if status not in TERMINAL_RUN_STATUSES and status != RunStatus.SUSPENDED:
+                raise _ParkedInTransaction
+    except _ParkedInTransaction:
+        raise InvalidInput(
+            f"A {name!r} run parked (a sleep, a queued step, a child run) inside your "
+            "transaction, where no worker can see it before you commit: call "
+            "run_to_completion outside transaction.atomic(), or start_workflow() and commit."
+        ) from None
+    return wait_for_run(run_id, timeout=seconds)
+
+
+class _ParkedInTransaction(Exception):
+    """Rolls back the savepoint of a run that parked inside the caller's transaction."""
+
+
+def _timeout_seconds(timeout: Any) -> float | None:
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        raise InvalidInput(f"timeout is seconds (a number ≥ 0) or a timedelta, not {timeout!r}.")
+    return float(timeout)
+
+
+def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
+    pk = run_pk(run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = POLL_FIRST_SECONDS
+    while True:
+        run = WorkflowRun.objects.filter(pk=pk).values("status", "output", "error").first()
+        if run is None:
+            raise RunNotFound(run_id)
+        if run["status"] == RunStatus.COMPLETED:
+            return run["output"]
+        ended: type[_RunEnded] | None = {
+            RunStatus.FAILED.value: RunFailed,
+            RunStatus.CANCELLED.value: RunCancelled,
+            RunStatus.SUSPENDED.value: RunSuspended,
+        }.get(run["status"])
+        if ended is not None:
+            raise ended(run_id, run["error"])
+        if deadline is not None and time.monotonic() >= deadline:
+            raise RunTimeout(run_id, timeout or 0)
+        pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
+        time.sleep(pause)
+        delay = min(delay * POLL_GROWTH, POLL_MAX_SECONDS)

@@ -1,0 +1,355 @@
+"""One attempt of a step function: the `StepContext` it is called with, claiming the attempt
+(shared by the orchestrator pass and the step worker), calling user code under its timeout,
+and recording the outcome, fenced by attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import DataError, transaction
+from django.utils import timezone
+
+from ...exceptions import (
+    AttemptTimedOut,
+    InvalidInput,
+    RunInterrupted,
+    StepLeaseExpired,
+    StepResultNotSerializable,
+    StepSuperseded,
+    StepTimedOut,
+)
+from ...models import WorkflowRun, WorkflowStep
+from ...retry import RetryPolicy
+from ...serialization import NotStorableJson, describe_error, round_trip
+from ...status import StepDispatch, StepStatus
+from ...validation import NAME_MAX_LENGTH, checked_text
+from ..store.claims import lock_step_txn
+from ..store.leases import heartbeat, request_rerun, step_lease_until
+from ..store.run_state import checked_state, merge_run_state
+from ..store.transitions import (
+    UnrecordedSuccess,
+    create_step_in_run,
+    move_step_txn,
+    on_postgresql,
+    record_step_outcome,
+)
+from .replay_pass import ReplayPass, observe_timer
+
+INVOCATION_NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")
+
+
+def invocation_id(run_id: Any, step_key: str) -> str:
+    """Stable across attempts and replays: the idempotency key to hand to external systems."""
+    return str(uuid.uuid5(INVOCATION_NAMESPACE, f"{run_id}:{step_key}"))
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Passed to a step function as its second argument."""
+
+    run_id: str
+    step_id: str
+    step_key: str
+    invocation_id: str
+    attempt: int
+    from_invocation_id: str | None
+    started_by: str | None
+    # The step row this attempt runs as (what `branch` and `set_state` act on).
+    _step: WorkflowStep | None = field(default=None, repr=False, compare=False)
+
+    def branch(self, key: str) -> None:
+        """Choose which branch of a graph node's `next` ({branch: targets}) fires after this
+        attempt succeeds. Recorded with the result (the last call wins); a failed attempt's
+        choice is dropped with it."""
+        checked_text(key, "A branch", max_length=NAME_MAX_LENGTH)
+        self._attempt_step().branch_taken = key
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Set one key of the run's state now, merged into it (parallel nodes keep each other's
+        keys); StepSuperseded once a newer attempt owns the step."""
+        value = checked_state(key, value)
+        if not merge_run_state(self.run_id, key, value, step=self._attempt_step()):
+            raise StepSuperseded(self.step_key, self.attempt)
+
+    def _attempt_step(self) -> WorkflowStep:
+        if self._step is None:
+            raise InvalidInput("This StepContext was not made by the engine for an attempt.")
+        return self._step
+
+
+def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
+    return StepContext(
+        run_id=str(step.run_id),
+        step_id=str(step.pk),
+        step_key=step.step_key,
+        invocation_id=invocation_id(step.run_id, step.step_key),
+        attempt=step.attempt,
+        from_invocation_id=(
+            invocation_id(step.run_id, step.from_step_key) if step.from_step_key else None
+        ),
+        started_by=started_by,
+        _step=step,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt produced: its (round-tripped) result, or the error dict to record."""
+
+    succeeded: bool
+    value: Any
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim of a step's next attempt did. `step`: the step as the claim left it (None:
+    no such step of a running run, or not of a run this pass drives). `claimed`: it now runs
+    under our attempt. `expired`: its last attempt's lease had lapsed; the claim failed it."""
+
+    step: WorkflowStep | None
+    claimed: bool = False
+    expired: bool = False
+
+
+# --- claiming ------------------------------------------------------------------------------
+
+
+def claim_next_attempt(
+    run_id: Any,
+    step_key: str,
+    *,
+    lease_holder: str | None = None,
+    dispatch: str = StepDispatch.QUEUED,
+) -> Claim:
+    """Claim a known step for this process, deciding on the locked row by the database clock:
+    a pending or scheduled step starts running; a failed one whose retry is due, or a running
+    one whose lease lapsed, gets a new attempt while attempts remain; a lapsed last attempt
+    fails with STEP_LEASE_EXPIRED (a step that kills its process each time ends, loudly).
+
+    The step worker claims without `lease_holder`; a pass passes its own, so the claim also
+    proves the run is still driven by it. `dispatch`: how the claimed attempt runs.
+    """
+    with transaction.atomic():
+        step = lock_step_txn(run_id, step_key, lease_holder)
+        return Claim(None) if step is None else _claim_locked_txn(step, dispatch)
+
+
+def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
+    status = step.status
+    lapsed = status == StepStatus.RUNNING and step.lease_lapsed
+    fresh = {"lease_expires_at": step_lease_until(), "wake_at": None, "dispatch": dispatch}
+    if status in (StepStatus.PENDING, StepStatus.SCHEDULED):
+        move_step_txn(step, StepStatus.RUNNING, expected=[status], **fresh)
+        return Claim(step, claimed=True)
+    if step.attempt >= step.attempt_limit:
+        if lapsed:
+            _fail_lease_expired_txn(step)
+        return Claim(step, expired=lapsed)
+    if lapsed or (status == StepStatus.FAILED and step.retry_due):
+        # The new attempt fences the previous worker in the same write that grants our lease.
+        renewed = {**fresh, "result": None, "error": None}
+        move_step_txn(step, StepStatus.RUNNING, expected=[status], new_attempt=True, **renewed)
+        return Claim(step, claimed=True)
+    return Claim(step)
+
+
+def _fail_lease_expired_txn(step: WorkflowStep) -> None:
+    error = describe_error(
+        StepLeaseExpired(step.step_key, step.attempt, step.attempt_limit),
+        step_key=step.step_key,
+        traceback=False,
+    )
+    move_step_txn(
+        step, StepStatus.FAILED, expected=[StepStatus.RUNNING], error=error, lease_expires_at=None
+    )
+
+
+# --- calling user code ---------------------------------------------------------------------
+
+
+def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any, ...]) -> Outcome:
+    """Call user code outside any transaction, its lease renewed meanwhile and its attempt
+    stopped at the step's timeout; the result comes back as its JSON round trip."""
+    heartbeat.hold_step(step.pk, step.attempt)
+    try:
+        with time_limit(step.timeout_ms):
+            value = func(*args)
+    except AttemptTimedOut:
+        error = StepTimedOut(step.step_key, step.timeout_ms or 0)
+        return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
+    except Exception as exc:
+        return Outcome(False, describe_error(exc, step_key=step.step_key))
+    finally:
+        heartbeat.drop_step(step.pk, step.attempt)
+    try:
+        return Outcome(True, round_trip(value))
+    except NotStorableJson as exc:
+        return Outcome(False, _unstorable(step, str(exc)))
+
+
+def timeout_enforceable() -> bool:
+    """A timeout is enforced by SIGALRM, which only a process's main thread receives (a
+    django-q2 worker runs every message there; a web request's thread is not one)."""
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def time_limit(milliseconds: int | None) -> Iterator[None]:
+    """Raise AttemptTimedOut into the block once `milliseconds` pass (main thread only).
+
+    Nested inside an alarm already armed (django-q2's own task timeout, a test runner's): the
+    earlier of the two fires first; the outer alarm is re-armed for what it had left after.
+    """
+    if milliseconds is None or not timeout_enforceable():
+        yield
+        return
+    deadline = time.monotonic() + milliseconds / 1000
+    outer_handler = signal.getsignal(signal.SIGALRM)
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    outer_deadline = time.monotonic() + outer_left if outer_left else None
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        if time.monotonic() >= deadline - 0.005:
+            raise AttemptTimedOut
+        # The outer alarm is due first: let it act, then wait on for ours.
+        if callable(outer_handler):
+            outer_handler(signum, frame)
+        signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 0.001))
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    first = min(milliseconds / 1000, outer_left) if outer_left else milliseconds / 1000
+    signal.setitimer(signal.ITIMER_REAL, first)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer_deadline is not None:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_deadline - time.monotonic(), 0.001))
+
+
+# --- recording -----------------------------------------------------------------------------
+
+
+def record_outcome(
+    step: WorkflowStep, outcome: Outcome, policy: RetryPolicy, *, continue_as: str | None = None
+) -> WorkflowRun | None:
+    """Write the attempt's result or error; raises StepSuperseded if a newer attempt owns it.
+
+    A failure with attempts left arms the retry's timer (on the database clock). A result the
+    database refuses (a DataError) fails the step at once: retrying cannot make it storable.
+    With `continue_as` (a new lease holder id), an outcome the run must act on (a result, or the
+    last attempt's error) also takes the run lease in the same write if it is free; the run
+    comes back leased to `continue_as`, else None.
+    """
+    if not outcome.succeeded:
+        return _record_failure(step, outcome.value, policy, continue_as)
+    try:
+        with _savepoint_if_in_transaction():
+            return record_step_outcome(
+                step, StepStatus.SUCCEEDED, result=outcome.value, take_run_lease_for=continue_as
+            )
+    except DataError as exc:
+        return _record_failure(step, _unstorable(step, str(exc)), policy, continue_as)
+
+
+def finish_in_pass(
+    rp: ReplayPass, step: WorkflowStep, outcome: Outcome, policy: RetryPolicy
+) -> None:
+    """Record an attempt the pass ran itself. A success on PostgreSQL is kept for the pass's
+    next write instead (`create_next_step`, `record_kept`): one commit per step, not two."""
+    record_kept(rp)
+    if outcome.succeeded and on_postgresql():
+        step.status, step.result = StepStatus.SUCCEEDED, outcome.value
+        rp.unrecorded = UnrecordedSuccess(step, outcome.value, timezone.now())
+        return
+    with _ours():
+        record_outcome(step, outcome, policy)
+
+
+def create_next_step(rp: ReplayPass, step_key: str, **fields: Any) -> WorkflowStep:
+    """Create the pass's next step in the run; the success kept for this write is recorded in
+    the same statement."""
+    kept, rp.unrecorded = rp.unrecorded, None
+    if kept is None:
+        return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
+    try:
+        with _ours(), _savepoint_if_in_transaction():
+            return create_step_in_run(rp.run.pk, rp.holder, step_key, after=kept, **fields)
+    except DataError:
+        # The kept result, or the new step's values, refused: write them one at a time.
+        rp.unrecorded = kept
+        record_kept(rp)
+        return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
+
+
+def record_kept(rp: ReplayPass) -> None:
+    """Write the success kept for the pass's next write now: before any other write, and before
+    the pass ends. If the database refuses the result, the step fails (unstorable) and the body,
+    which went on with it, is replayed in one more pass."""
+    kept, rp.unrecorded = rp.unrecorded, None
+    if kept is None:
+        return
+    with _ours():
+        record_outcome(kept.step, Outcome(True, kept.result), RetryPolicy(0, None))
+    if kept.step.status != StepStatus.SUCCEEDED:
+        request_rerun(rp.run.pk)
+        raise RunInterrupted(f"step {kept.step.step_key!r} could not be recorded as it ran")
+
+
+@contextlib.contextmanager
+def _ours() -> Iterator[None]:
+    """A newer attempt owning a step this pass ran means the run is no longer the pass's to
+    drive (its lease lapsed meanwhile): the pass ends quietly, the newer attempt counts."""
+    try:
+        yield
+    except StepSuperseded as exc:
+        raise RunInterrupted(str(exc)) from exc
+
+
+def _record_failure(
+    step: WorkflowStep, error: dict[str, Any], policy: RetryPolicy, continue_as: str | None
+) -> WorkflowRun | None:
+    limit = step.attempt if error.get("code") == StepResultNotSerializable.code else None
+    exhausted = step.attempt >= (limit or step.attempt_limit)
+    wake_in_ms = None if exhausted else policy.backoff_ms(step.attempt)
+    leased = record_step_outcome(
+        step,
+        StepStatus.FAILED,
+        error=error,
+        attempt_limit=limit,
+        wake_in_ms=wake_in_ms,
+        take_run_lease_for=continue_as if exhausted else None,
+    )
+    if wake_in_ms is not None:
+        observe_timer(step, timedelta(milliseconds=wake_in_ms))
+    return leased
+
+
+def _unstorable(step: WorkflowStep, reason: str) -> dict[str, Any]:
+    error = StepResultNotSerializable(step.step_key, reason)
+    return describe_error(error, step_key=step.step_key, traceback=False)
+
+
+@contextlib.contextmanager
+def _savepoint_if_in_transaction() -> Iterator[None]:
+    # Inside the caller's transaction (an inline start within atomic()) a refused write must
+    # not doom that transaction: the failure that follows has to be written in it.
+    if transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            yield
+    else:
+        yield
+
+
+def started_by_name(run: WorkflowRun) -> str | None:
+    return run.started_by.get_username() if run.started_by else None

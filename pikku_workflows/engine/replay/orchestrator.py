@@ -1,0 +1,237 @@
+"""The orchestrator pass: take the run lease, replay the body from the top, record how it ended.
+
+A settled run returns before any lock, so a late queue message never re-enters a finished body.
+A pass abandoned by the engine's own statements leaves the run as it was (running) and raises
+what failed, for the queue or recovery to run it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from functools import partial
+from typing import Any
+
+from django.db import Error as DatabaseError
+
+from ... import events
+from ...exceptions import (
+    GraphRunFailed,
+    InvalidTransition,
+    NonDeterministicReplay,
+    OutputNotSerializable,
+    PassAbandoned,
+    ReplayDiverged,
+    RunInterrupted,
+    RunParked,
+    RunSuspendedSignal,
+    StepFailed,
+    VersionNotFound,
+    WorkflowNotDeployed,
+)
+from ...models import WorkflowRun, WorkflowStep
+from ...registry import registry
+from ...serialization import NotStorableJson, describe_error, round_trip
+from ...status import RunStatus
+from ..store.leases import (
+    abandon_run_lease,
+    acquire_run_lease,
+    heartbeat,
+    new_lease_holder,
+    release_run_lease,
+    request_rerun,
+)
+from ..store.transitions import move_run
+from . import children
+from .attempts import record_kept
+from .graphs import run_graph
+from .replay_pass import LeasedRun, ReplayPass, driving
+from .versions import status_on_non_determinism
+from .workflow import Workflow, engine_statements
+
+logger = logging.getLogger(__name__)
+
+LEASE_ATTEMPTS = 3
+
+
+def orchestrate(
+    run_id: Any, *, inline_caller: bool = False, leased: LeasedRun | None = None
+) -> None:
+    """Drive the run as far as it can go now. Safe to call any number of times, concurrently.
+
+    `leased`: the run as its caller just leased it (an inline start, a step worker continuing
+    in place); otherwise the pass reads the run and takes the lease itself. Raises the error of
+    a pass the engine's own statements abandoned (the run is left running).
+    """
+    if leased is None:
+        leased = _read_and_lease(run_id)
+        if leased is None:
+            return
+    try:
+        ended = _drive(leased, inline_caller)
+    except PassAbandoned as abandoned:
+        raise abandoned.error from abandoned
+    if ended and leased.run.parent_step_id is not None:
+        children.notify_parent(leased.run.pk)
+
+
+def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
+    """Passes until the lease is released (one more each time a rerun was requested); True when
+    the run ended in one of them."""
+    run, holder, known_steps = leased.run, leased.holder, leased.steps
+    heartbeat.hold_run(run.pk, holder)
+    ended = False
+    try:
+        with driving(run.pk):
+            while True:
+                ended_now, released = _replay(run, holder, inline_caller, known_steps)
+                ended = ended_now or ended
+                if released or release_run_lease(run.pk, holder):
+                    return ended
+                known_steps = None  # a rerun: another pass may have written steps meanwhile
+                run.refresh_from_db(fields=["status", "state"])
+    except BaseException:
+        # The queue redelivers or recovery relays; don't make the next pass wait out the lease.
+        _abandon_lease(run.pk, holder)
+        raise
+    finally:
+        heartbeat.drop_run(run.pk)
+
+
+def _abandon_lease(run_id: Any, holder: str) -> None:
+    try:
+        abandon_run_lease(run_id, holder)
+    except DatabaseError:
+        # The database is what failed (or the caller's transaction is doomed): the lease lapses.
+        logger.warning("pikku_workflows: could not hand back the lease of run %s", run_id)
+
+
+def _read_and_lease(run_id: Any) -> LeasedRun | None:
+    """The run and our lease on it; None for a settled, suspended or unknown run (the message is
+    acknowledged and does nothing) or when another pass holds the lease and will rerun for us."""
+    run = WorkflowRun.objects.select_related("started_by").filter(pk=run_id).first()
+    if run is None or run.status != RunStatus.RUNNING:
+        return None
+    holder = _take_lease(run_id)
+    return None if holder is None else LeasedRun(run, holder)
+
+
+def _take_lease(run_id: Any) -> str | None:
+    """Our lease holder id, or None when another pass holds the lease and will rerun for us."""
+    holder = new_lease_holder()
+    for _ in range(LEASE_ATTEMPTS):
+        if acquire_run_lease(run_id, holder):
+            return holder
+        if request_rerun(run_id):
+            return None
+        # The lease was released between our two writes, or the run stopped running.
+    return None
+
+
+def _replay(
+    run: WorkflowRun, holder: str, inline_caller: bool, steps: dict[str, WorkflowStep] | None
+) -> tuple[bool, bool]:
+    """One pass: (the run ended in it, the lease is already released: by the write that ended
+    the run or by the dispatch that parked it)."""
+    if run.status != RunStatus.RUNNING:
+        return False, False
+    definition = registry.workflows.get(run.workflow)
+    # A graph run goes on from the definition it started on, registered here or not.
+    if definition is None and not run.graph_hash:
+        _suspend(run, holder, describe_error(WorkflowNotDeployed(run.workflow), traceback=False))
+        return False, False
+    drive_child = partial(orchestrate, inline_caller=True)
+    rp = ReplayPass.begin(
+        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+    )
+    body = partial(run_graph, rp) if definition is None or run.graph_hash else definition.func
+    ended = _run_body(run, holder, rp, body)
+    return ended, ended or rp.lease_released
+
+
+def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
+    """Replay the body from the top; True when the run ended (completed, failed) in it. Only
+    the body's own exceptions fail the run: PassAbandoned passes through."""
+    try:
+        output = body(Workflow(rp), rp.input)
+    except (RunParked, RunSuspendedSignal, RunInterrupted):
+        _recorded(rp)
+        return False
+    except PassAbandoned:
+        with contextlib.suppress(Exception, RunInterrupted):
+            record_kept(rp)  # the database may still take it; if not, the step runs again
+        raise
+    except ReplayDiverged as diverged:
+        return _recorded(rp) and _diverged(run, holder, diverged.error)
+    except (GraphRunFailed, VersionNotFound) as exc:
+        # Verdicts of the engine on the run's own graph or version: no traceback worth keeping.
+        step_key = getattr(exc, "step_key", None)
+        error = describe_error(exc, step_key=step_key, traceback=False)
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=error)
+    except StepFailed as exc:
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
+    except Exception as exc:
+        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+    if not _recorded(rp):
+        return False
+    try:
+        output = round_trip(output)
+    except NotStorableJson as exc:
+        error = describe_error(OutputNotSerializable(str(exc)), traceback=False)
+        return _end(run, holder, RunStatus.FAILED, error=error)
+    return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
+
+
+def _recorded(rp: ReplayPass) -> bool:
+    """Write the success the pass kept for its next write (the pass ends now); False when the
+    database refused it: the step failed, and one more pass replays the body."""
+    try:
+        with engine_statements():
+            record_kept(rp)
+    except RunInterrupted:
+        return False
+    return True
+
+
+def _step_failed_error(exc: StepFailed) -> dict[str, Any]:
+    step_error = exc.error or {}
+    return {
+        "code": StepFailed.code,
+        "message": exc.message,
+        "type": step_error.get("type", "pikku_workflows.StepFailed"),
+        "traceback": step_error.get("traceback", ""),
+        "step_key": exc.step_key,
+    }
+
+
+def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
+    try:
+        move_run(run.pk, status, expected=[RunStatus.RUNNING], lease_holder=holder, **fields)
+    except (InvalidTransition, RunInterrupted):
+        # An operator cancelled or suspended the run meanwhile, or our lease lapsed: theirs wins.
+        logger.info("pikku_workflows: run %s changed during its pass; outcome dropped", run.pk)
+        return False
+    run.status = status
+    events.announce_run_finished(run.pk, status, fields.get("error"), workflow=run.workflow)
+    return True
+
+
+def _diverged(run: WorkflowRun, holder: str, error: NonDeterministicReplay) -> bool:
+    """Replay asked for another function at a recorded key: fail the run, or suspend it for an
+    operator to fork or cancel (ON_NON_DETERMINISM); True when the run ended."""
+    described = describe_error(error, step_key=error.step_key, traceback=False)
+    if status_on_non_determinism() == RunStatus.SUSPENDED:
+        _suspend(run, holder, described)
+        return False
+    return _end(run, holder, RunStatus.FAILED, error=described)
+
+
+def _suspend(run: WorkflowRun, holder: str, error: dict[str, Any]) -> None:
+    # A rolling deploy can deliver a run to a worker that lacks its code (or has code its history
+    # does not fit): wait for an operator.
+    try:
+        running = [RunStatus.RUNNING]
+        move_run(run.pk, RunStatus.SUSPENDED, expected=running, lease_holder=holder, error=error)
+    except (InvalidTransition, RunInterrupted):
+        return
+    run.status = RunStatus.SUSPENDED

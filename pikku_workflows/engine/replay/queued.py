@@ -1,0 +1,165 @@
+"""Queued steps from the pass's side: run one in place when the pass itself runs on a worker of
+the step's cluster, or hand it to a worker of its cluster and park the run.
+
+In place (docs/architecture.md §4): the pass claims the step, runs it in this process and goes
+on, with no message and no new pass, while the queue message it is handling has budget left
+(`IN_PLACE_MAX_SECONDS`, `IN_PLACE_MAX_STEPS`), the step's timeout can be enforced here and fits
+in django-q2's time for the message, and the worker is not shutting down. A queue that refuses a
+message is transient: the step stays pending, the run running, and the pass is abandoned for
+recovery to relay (§3); nothing is failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from django.db import DatabaseError
+
+from ...conf import pikku_settings
+from ...dispatch import (
+    current_worker_message,
+    enqueue_step,
+    queue_in_engine_database,
+    step_cluster,
+    step_message,
+)
+from ...exceptions import (
+    InvalidTransition,
+    PassAbandoned,
+    RunParked,
+    StepSuperseded,
+    WorkflowDispatchException,
+)
+from ...models import WorkflowStep
+from ...registry import StepFunctionDefinition, registry
+from ...status import StepStatus
+from ..store.transitions import create_dispatched_step, create_step_in_run, move_step, on_postgresql
+from .attempts import record_kept, timeout_enforceable
+from .replay_pass import ReplayPass
+
+
+@dataclass
+class HandledMessage:
+    """The queue message this process is handling: its worker's cluster, when it began, when
+    django-q2 stops it (monotonic; None: never), and how many steps it ran in place so far."""
+
+    cluster: str
+    began: float
+    deadline: float | None
+    in_place_steps: int = 0
+
+    def budget_left(self) -> bool:
+        elapsed = time.monotonic() - self.began
+        return (
+            self.in_place_steps < pikku_settings.IN_PLACE_MAX_STEPS
+            and elapsed < pikku_settings.IN_PLACE_MAX_SECONDS
+        )
+
+    def fits(self, timeout_ms: int | None) -> bool:
+        """Whether a step with this timeout can run here: enforced (a main thread), and over
+        before django-q2's own time for the message runs out."""
+        if timeout_ms is None:
+            return True
+        if not timeout_enforceable():
+            return False
+        return self.deadline is None or time.monotonic() + timeout_ms / 1000 < self.deadline
+
+
+_message: ContextVar[HandledMessage | None] = ContextVar("pikku_handled_message", default=None)
+_shutting_down = threading.Event()
+_idle = threading.Event()  # no message is being handled in this process
+_idle.set()
+
+
+@contextlib.contextmanager
+def handling_message() -> Iterator[HandledMessage]:
+    """While inside, this process handles one queue message (a task entry point): steps its
+    passes reach may run in place."""
+    worker = current_worker_message()
+    began = time.monotonic()
+    deadline = None if worker.timeout_seconds is None else began + worker.timeout_seconds
+    message = HandledMessage(worker.cluster, began, deadline)
+    token = _message.set(message)
+    _idle.clear()
+    try:
+        yield message
+    finally:
+        _message.reset(token)
+        _idle.set()
+
+
+def shut_down_gracefully(grace_seconds: float) -> None:
+    """From now on nothing runs in place: the step running finishes, the next goes to the
+    queue (a worker told to stop hands its work on rather than taking more). Returns once the
+    message being handled ended, or after `grace_seconds`."""
+    _shutting_down.set()
+    _idle.wait(grace_seconds)
+
+
+def runs_in_place(definition: StepFunctionDefinition, timeout_ms: int | None) -> bool:
+    """Whether the pass runs this queued step in place (and counts it against its budget)."""
+    message = _message.get()
+    if (
+        message is None
+        or not pikku_settings.IN_PLACE
+        or _shutting_down.is_set()
+        or step_cluster(definition.queue) != message.cluster
+        or not message.budget_left()
+        or not message.fits(timeout_ms)
+    ):
+        return False
+    message.in_place_steps += 1
+    return True
+
+
+def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> NoReturn:
+    """Create a queued step and dispatch it, then park the run.
+
+    When django-q2's queue is a table of this PostgreSQL database, the step, its message and the
+    run lease's release are one statement (one commit instead of four); otherwise the step is
+    created pending and `dispatch_step` enqueues it, then marks it scheduled.
+    """
+    record_kept(rp)
+    if not (on_postgresql() and queue_in_engine_database()):
+        dispatch_step(rp, _create_pending(rp, step_key, fields))
+    definition = registry.get_step_function(fields["function_name"])
+    try:
+        message = step_message(rp.run.pk, step_key, definition.queue)
+        step, rp.lease_released = create_dispatched_step(
+            rp.run.pk, rp.holder, step_key, message, **fields
+        )
+    except (WorkflowDispatchException, DatabaseError) as exc:
+        # The queue table refused the message (or the statement failed with it): record the
+        # step without one; recovery relays it once the queue takes messages again.
+        _create_pending(rp, step_key, fields)
+        refused = WorkflowDispatchException(f"Step {step_key!r} was not dispatched: {exc}")
+        raise PassAbandoned(refused) from exc
+    rp.steps[step_key] = step
+    raise RunParked(step_key)
+
+
+def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> NoReturn:
+    """Enqueue the step for a worker, then mark it scheduled; the run waits for it."""
+    record_kept(rp)
+    definition = registry.get_step_function(step.function_name or "")
+    try:
+        enqueue_step(rp.run.pk, step.step_key, definition.queue)
+    except WorkflowDispatchException as exc:
+        raise PassAbandoned(exc) from exc
+    if step.status == StepStatus.PENDING:
+        # A worker may have claimed it already: then the guard refuses and that is fine.
+        with contextlib.suppress(InvalidTransition, StepSuperseded):
+            move_step(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
+    raise RunParked(step.step_key)
+
+
+def _create_pending(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> WorkflowStep:
+    step = create_step_in_run(rp.run.pk, rp.holder, step_key, status=StepStatus.PENDING, **fields)
+    rp.steps[step_key] = step
+    return step

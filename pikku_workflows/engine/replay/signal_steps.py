@@ -1,0 +1,71 @@
+"""What `wf.wait_for_signal` does during a replay: the first reach parks the step (`waiting`,
+its timeout as its timer) and takes a signal already kept for it, if one came first; later
+reaches return the payload it got, or raise `SignalTimeout` (which the body may catch)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from ...durations import parse_duration
+from ...exceptions import NonDeterministicReplay, RunParked, SignalTimeout
+from ...models import WorkflowStep
+from ...registry import validate_step_key
+from ...status import StepKind, StepStatus
+from ...validation import NAME_MAX_LENGTH, checked_text
+from ..store.claims import lock_running_run_txn
+from ..store.signal_rows import deliver_signals_txn, wait_name
+from ..store.transitions import park_step_txn
+from .attempts import record_kept
+from .replay_pass import ReplayPass
+
+
+def run_wait_for_signal(
+    rp: ReplayPass, key: str, name: str, timeout: int | str | timedelta | None
+) -> Any:
+    validate_step_key(key)
+    checked_text(name, "A signal name", max_length=NAME_MAX_LENGTH)
+    timeout_ms = None if timeout is None else parse_duration(timeout, what="signal timeout")
+    physical, from_key = rp.allocate_key(key)
+    step = rp.steps.get(physical)
+    if step is not None and (step.kind != StepKind.SIGNAL or wait_name(step) != name):
+        recorded = f"signal {wait_name(step)!r}" if step.kind == StepKind.SIGNAL else step.kind
+        raise NonDeterministicReplay(physical, recorded, f"signal {name!r}")
+    if step is None or step.status == StepStatus.PENDING:
+        # First reach, or a new attempt after retry_run re-armed a timed-out wait.
+        step = _wait(rp, physical, from_key, name, timeout_ms, step)
+    if step.status == StepStatus.SUCCEEDED:
+        return step.result
+    if step.status == StepStatus.FAILED:
+        message = (step.error or {}).get("message") or None
+        raise SignalTimeout(message, step_key=physical, signal=name)
+    raise RunParked(physical)
+
+
+def _wait(
+    rp: ReplayPass,
+    key: str,
+    from_key: str | None,
+    name: str,
+    timeout_ms: int | None,
+    step: WorkflowStep | None,
+) -> WorkflowStep:
+    """Park the step and take a signal kept before it, in one commit under the run's lock."""
+    record_kept(rp)
+    with transaction.atomic():
+        lock_running_run_txn(rp.run.pk, rp.holder)
+        step = park_step_txn(
+            rp.run.pk,
+            key,
+            step,
+            kind=StepKind.SIGNAL,
+            data={"signal": name, "timeout_ms": timeout_ms},
+            from_step_key=from_key,
+            wake_in_ms=timeout_ms,
+        )
+        if any(taker.pk == step.pk for _, taker in deliver_signals_txn(rp.run.pk)):
+            step.refresh_from_db(fields=["status", "result", "wake_at"])
+    rp.steps[key] = step
+    return step

@@ -1,0 +1,446 @@
+"""What `wf.do`, `wf.sleep` and `wf.suspend` do during a replay: return what is recorded, or
+start the next attempt (in this process, on a worker, or as a child run) and record it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from django.db import transaction
+from django.utils import timezone
+
+from ...conf import pikku_settings
+from ...durations import parse_duration
+from ...exceptions import (
+    InvalidInput,
+    InvalidTransition,
+    NonDeterministicReplay,
+    ReplayDiverged,
+    RunParked,
+    StepFailed,
+    StepFunctionNotDeployed,
+    WorkflowSuspended,
+)
+from ...models import WorkflowStep
+from ...registry import parse_timeout, registry, validate_step_key
+from ...retry import RetryPolicy
+from ...serialization import NotStorableJson, round_trip
+from ...status import StepDispatch, StepKind, StepStatus
+from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
+from ..store.transitions import move_step
+from . import children, queued
+from .attempts import (
+    call_user_code,
+    claim_next_attempt,
+    create_next_step,
+    finish_in_pass,
+    record_kept,
+    started_by_name,
+    step_context,
+    timeout_enforceable,
+)
+from .replay_pass import ReplayPass, lease_lapsed, observe_timer, seconds_until_due
+from .suspension import suspend_in_pass
+
+SUSPEND_PREFIX = "__suspend:"
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    retries: int | None = None
+    retry_delay: int | str | timedelta | None = None
+    on_error: str | None = None
+    timeout: int | str | timedelta | None = None
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One reach of a step in the body, resolved against the registry."""
+
+    key: str
+    from_key: str | None
+    kind: str
+    function_name: str | None
+    data: Any
+    policy: RetryPolicy
+    on_error: str | None = None
+    timeout_ms: int | None = None
+    func: Callable[..., Any] | None = None
+
+
+def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
+    return drive_call(rp, resolve_call(rp, key, target, data, options))
+
+
+def drive_call(rp: ReplayPass, call: StepCall) -> Any:
+    """Return the call's recorded result, or start its next attempt (in this process, on a
+    worker, as a child run) and drive it; raises StepFailed once it is exhausted, RunParked while
+    it must wait outside this pass. `wf.do` and the graph pass (a node instance) both use it."""
+    step = rp.steps.get(call.key)
+    if step is not None:
+        _adopt_deployed_workflow(rp, step, call)
+        check_same_step(step, call)
+    elif call.kind == StepKind.FUNCTION and call.func is None:
+        suspend_missing_function(rp, call)
+    return _drive(rp, call, step)
+
+
+def named_call(
+    key: str, from_key: str | None, function_name: str, data: Any, policy: RetryPolicy
+) -> StepCall:
+    """The call of a step function or workflow by name (a graph node instance), resolved
+    against this process's registry; `data` already storable."""
+    kind, name, func, timeout_ms = _resolve_target(key, function_name, None)
+    return StepCall(key, from_key, kind, name, data, policy, None, timeout_ms, func)
+
+
+def leaves_the_pass(rp: ReplayPass, call: StepCall) -> bool:
+    """Whether the call's attempts leave the pass's own code path: a queued step function, run
+    in place or through the queue (decided without spending an in-place budget)."""
+    if not _queued_function(call.kind, call.function_name):
+        return False
+    if rp.inline_caller:
+        return call.timeout_ms is not None and not timeout_enforceable()
+    return True
+
+
+def queue_new_step(rp: ReplayPass, call: StepCall) -> NoReturn:
+    """Record the call's step pending and hand it to the queue, never in place, then park: the
+    steps of a fan-out run in parallel on workers, and the pass keeps its run lease for the next
+    (the single-statement dispatch of `drive_call` hands it back)."""
+    queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
+
+
+def adoptable(step: WorkflowStep, call: StepCall) -> bool:
+    """A name that was unknown when the step was recorded (RPC_NOT_FOUND: pending, no attempt)
+    may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
+    return (
+        step.status == StepStatus.PENDING
+        and step.kind == StepKind.FUNCTION
+        and call.kind == StepKind.CHILD
+        and step.function_name == call.function_name
+    )
+
+
+def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
+    if adoptable(step, call):
+        record_kept(rp)
+        pending = WorkflowStep.objects.filter(
+            pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
+        )
+        if pending.update(kind=StepKind.CHILD):
+            step.kind = StepKind.CHILD
+
+
+def resolve_call(
+    rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions
+) -> StepCall:
+    """The call a `wf.do` reach makes, checked and keyed (its ordinal allocated)."""
+    validate_step_key(key)
+    policy = RetryPolicy.resolve(
+        options.retries, options.retry_delay, pikku_settings.DEFAULT_STEP_RETRIES
+    )
+    timeout_ms = parse_timeout(options.timeout) if options.timeout is not None else None
+    kind, name, func, registered_timeout = _resolve_target(key, target, data)
+    if options.timeout is not None and not _queued_function(kind, name):
+        raise InvalidInput(f"Step {key!r}: timeout is enforced only for queued step functions.")
+    try:
+        data = round_trip(data)
+    except NotStorableJson as exc:
+        raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
+    physical, from_key = rp.allocate_key(key)
+    timeout_ms = timeout_ms if timeout_ms is not None else registered_timeout
+    return StepCall(
+        physical, from_key, kind, name, data, policy, options.on_error, timeout_ms, func
+    )
+
+
+def _resolve_target(
+    key: str, target: Any, data: Any
+) -> tuple[str, str, Callable[..., Any] | None, int | None]:
+    """(kind, name, the function to call here or None, its registered timeout)."""
+    if callable(target):
+        if data is not None:
+            raise InvalidInput(f"Step {key!r}: a callable step takes no data; close over it.")
+        return StepKind.CALLABLE, _callable_name(target), target, None
+    if not isinstance(target, str):
+        raise InvalidInput(f"Step {key!r}: target must be a step function name or a callable.")
+    checked_text(target, f"Step {key!r}: the target", max_length=NAME_MAX_LENGTH)
+    if registry.is_workflow(target):
+        return StepKind.CHILD, target, None, None
+    definition = registry.step_functions.get(target)
+    if definition is None:
+        return StepKind.FUNCTION, target, None, None
+    return StepKind.FUNCTION, target, definition.func, definition.timeout_ms
+
+
+def _callable_name(func: Callable[..., Any]) -> str:
+    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    return name[:NAME_MAX_LENGTH]  # only for display: callables are matched by kind
+
+
+def _queued_function(kind: str, name: str | None) -> bool:
+    definition = registry.step_functions.get(name or "") if kind == StepKind.FUNCTION else None
+    return definition is not None and not definition.inline
+
+
+def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None) -> str:
+    """Where the step's next attempt runs (docs/architecture.md §4): in the pass (in-process
+    step functions; every step of an inline run, except one whose timeout its caller cannot
+    enforce), in place (a queued step's first attempt, reached by a pass on a worker of its
+    cluster with budget left), or through the queue (everything else: its retries too)."""
+    if not leaves_the_pass(rp, call):
+        return StepDispatch.INLINE
+    if rp.inline_caller:
+        return StepDispatch.QUEUED  # its timeout cannot be enforced in the caller
+    first = step is None or step.status == StepStatus.PENDING
+    definition = registry.get_step_function(call.function_name or "")
+    if first and queued.runs_in_place(definition, call.timeout_ms):
+        return StepDispatch.IN_PLACE
+    return StepDispatch.QUEUED
+
+
+def same_step(step: WorkflowStep, call: StepCall) -> bool:
+    """Whether the call asks for what the step recorded: the same kind and function. Callables
+    are compared by kind only: renaming a lambda must not break running runs."""
+    return step.kind == call.kind and (
+        call.kind == StepKind.CALLABLE or step.function_name == call.function_name
+    )
+
+
+def check_same_step(step: WorkflowStep, call: StepCall) -> None:
+    """Stop the body (ReplayDiverged, which its `except Exception:` cannot swallow) when the
+    call asks for something else than the step recorded: replay goes on under new code for as
+    long as every recorded key asks for the same function."""
+    if not same_step(step, call):
+        recorded = step.function_name or step.kind
+        raise ReplayDiverged(NonDeterministicReplay(call.key, recorded, call.function_name))
+
+
+def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
+    """Loop until the step has a result, fails for good, or must wait outside this pass."""
+    while True:
+        if step is None:
+            step = _first_attempt(rp, call)
+        elif step.status == StepStatus.SUCCEEDED:
+            return step.result
+        elif step.status == StepStatus.FAILED and step.attempt >= step.attempt_limit:
+            _compensate(rp, call, step)
+            raise StepFailed(call.key, step.error or {})
+        elif step.status == StepStatus.FAILED:
+            _wait_until_due(rp, step)
+            step = _next_attempt(rp, call, step)
+        elif (
+            step.status == StepStatus.RUNNING and lease_lapsed(step)
+        ) or step.status == StepStatus.PENDING:
+            step = _next_attempt(rp, call, step)
+        elif step.status == StepStatus.WAITING and call.kind == StepKind.CHILD:
+            step = children.settle_waiting_step(rp, step, call.policy)
+        else:
+            raise RunParked(call.key)
+
+
+def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
+    if call.kind == StepKind.CHILD:
+        return children.launch_next(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
+    placement = _placement(rp, call)
+    if placement == StepDispatch.QUEUED:
+        queued.dispatch_new_step(rp, call.key, _step_row_fields(call))
+    lease = pikku_settings.STEP_LEASE_SECONDS
+    step = _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease, dispatch=placement)
+    return _run_attempt(rp, call, step)
+
+
+def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
+    """Start the step's next attempt from pending, a due retry, or a lapsed lease. Checked
+    before every attempt, not only the first: a rolling deploy can hand a retry (or a lapsed
+    attempt) to a process without the function; no attempt is started then."""
+    if call.kind == StepKind.FUNCTION and call.func is None:
+        suspend_missing_function(rp, call)
+    if call.kind == StepKind.CHILD:
+        return children.launch_next(rp, step, call.policy)
+    record_kept(rp)
+    placement = _placement(rp, call, step)
+    if placement == StepDispatch.QUEUED:
+        # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
+        queued.dispatch_step(rp, step)
+    claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder, dispatch=placement)
+    if claim.step is None or not (claim.claimed or claim.expired):
+        raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
+    rp.steps[call.key] = claim.step
+    if claim.expired:
+        return claim.step  # its last attempt's lease lapsed: the step failed for good
+    return _run_attempt(rp, call, claim.step)
+
+
+def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> WorkflowStep:
+    assert call.func is not None
+    args = (
+        ()
+        if step.kind == StepKind.CALLABLE
+        else (step.data, step_context(step, started_by_name(rp.run)))
+    )
+    outcome = call_user_code(step, _in_savepoint(call.func), args)
+    finish_in_pass(rp, step, outcome, call.policy)
+    return step
+
+
+def _in_savepoint(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run user code in a savepoint when the caller's transaction is open (an inline start inside
+    `atomic()`): a database error in a step then fails its attempt, not the whole transaction,
+    and the failed attempt's writes roll back with it."""
+
+    def call(*args: Any) -> Any:
+        if not transaction.get_connection().in_atomic_block:
+            return func(*args)
+        with transaction.atomic():
+            return func(*args)
+
+    return call
+
+
+def _wait_until_due(rp: ReplayPass, step: WorkflowStep) -> None:
+    """Return when the step's timer is due (by the database clock); park the run when it is not
+    due and too far off for an inline caller to wait here."""
+    remaining = seconds_until_due(step)
+    if remaining <= 0:
+        return
+    if rp.inline_caller and remaining <= pikku_settings.INLINE_SLEEP_MAX_SECONDS:
+        time.sleep(remaining)
+        return
+    raise RunParked(step.step_key)
+
+
+def _step_row_fields(call: StepCall) -> dict[str, Any]:
+    return {
+        "kind": call.kind,
+        "function_name": call.function_name,
+        "data": call.data,
+        "retries": call.policy.retries,
+        "attempt_limit": call.policy.attempt_limit,
+        "retry_delay": call.policy.stored_delay,
+        "timeout_ms": call.timeout_ms,
+        "from_step_key": call.from_key,
+    }
+
+
+def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) -> WorkflowStep:
+    """Create the step in the run (`attempt`: its first attempt's lease, timer or dispatch)."""
+    step = create_next_step(rp, call.key, status=status, **_step_row_fields(call), **attempt)
+    rp.steps[call.key] = step
+    return step
+
+
+def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
+    """The `on_error` handler's call for the exhausted `step`, with the failed step's input and
+    error (a refund can name the charge it refunds), or None without a handler."""
+    if not call.on_error:
+        return None
+    definition = registry.step_functions.get(call.on_error)
+    error = step.error or {}
+    return StepCall(
+        key=f"{call.key}:onError",
+        from_key=call.key,
+        kind=StepKind.FUNCTION,
+        function_name=call.on_error,
+        data={
+            "data": step.data,
+            "error": {key: error.get(key, "") for key in ("code", "message", "type")},
+            "step_key": call.key,
+            "attempt": step.attempt,
+        },
+        policy=RetryPolicy(0, None),
+        func=definition.func if definition else None,
+    )
+
+
+def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
+    """Run the `on_error` step function once, as its own durable step `<key>:onError`."""
+    handler = compensation_call(call, step)
+    if handler is None:
+        return
+    existing = rp.steps.get(handler.key)
+    if existing is not None:
+        check_same_step(existing, handler)
+    elif handler.func is None:
+        suspend_missing_function(rp, handler)
+    # The original error is what the body sees; the handler's own failure stays recorded.
+    with contextlib.suppress(StepFailed):
+        _drive(rp, handler, existing)
+
+
+def suspend_missing_function(rp: ReplayPass, call: StepCall) -> None:
+    """No such step function here: record the step as pending (no attempt) and suspend the run."""
+    suspend_in_pass(
+        rp,
+        StepFunctionNotDeployed(call.function_name, call.key),
+        step_key=call.key,
+        step_fields=None if call.key in rp.steps else _step_row_fields(call),
+    )
+
+
+def sleep_call(rp: ReplayPass, key: str, duration: int | str | timedelta) -> StepCall:
+    """The call a `wf.sleep` reach makes, checked and keyed."""
+    validate_step_key(key)
+    duration_ms = parse_duration(duration)
+    physical, from_key = rp.allocate_key(key)
+    return StepCall(
+        physical, from_key, StepKind.SLEEP, None, {"duration_ms": duration_ms}, RetryPolicy(0, None)
+    )
+
+
+def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None:
+    call = sleep_call(rp, key, duration)
+    physical, duration_ms = call.key, call.data["duration_ms"]
+    step = rp.steps.get(physical)
+    if step is None:
+        # The timer row is the arming: one write, so no crash can leave it half armed. An inline
+        # caller waits a short one out here; if it dies meanwhile, the timer loop fires it.
+        step = _create_step(rp, call, StepStatus.SCHEDULED, wake_in_ms=duration_ms)
+        observe_timer(step, timedelta(milliseconds=duration_ms))
+    else:
+        check_same_step(step, call)
+    _finish_sleep(rp, step)
+
+
+def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
+    if step.status == StepStatus.SUCCEEDED:
+        return
+    record_kept(rp)
+    _wait_until_due(rp, step)  # parks the run unless the timer is (nearly) due
+    try:
+        move_step(step, StepStatus.SUCCEEDED, expected=[step.status], result=None, wake_at=None)
+    except InvalidTransition:
+        # The timer loop ended the same sleep meanwhile: that is the outcome we wanted.
+        step.refresh_from_db(fields=["status"])
+        if step.status != StepStatus.SUCCEEDED:
+            raise
+
+
+def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:
+    """The key a `wf.suspend` reach records its step under, and the key reached before it."""
+    limit = KEY_MAX_LENGTH - len(SUSPEND_PREFIX)
+    checked_text(reason, "A suspend reason", max_length=limit)
+    return rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
+
+
+def run_suspend(rp: ReplayPass, reason: str) -> None:
+    physical, from_key = suspend_key(rp, reason)
+    step = rp.steps.get(physical)
+    if step is not None and step.status == StepStatus.SUCCEEDED:
+        return
+    suspend_in_pass(
+        rp,
+        WorkflowSuspended(reason),
+        step_key=physical,
+        step_fields={
+            "kind": StepKind.SUSPEND,
+            "from_step_key": from_key,
+            "data": {"reason": reason},
+        },
+        step_result={"reason": reason, "suspended_at": timezone.now().isoformat()},
+    )

@@ -1,0 +1,160 @@
+"""The `Workflow` handle a workflow body drives its run with (`wf`); every method is replay-safe.
+
+Whatever the engine's own statements meet while serving a call (a database error: a lock or
+statement timeout, a deadlock, a revoked permission; a queue that refuses a message) abandons
+the pass instead of reaching the body: a run is failed only by user code (docs/architecture.md §3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from django.db import Error as DatabaseError
+
+from ...approvals.policy import ApprovalOutcome
+from ...exceptions import PassAbandoned, WorkflowDispatchException
+from .approval_steps import run_approval
+from .attempts import record_kept
+from .patches import run_patched
+from .replay_pass import ReplayPass
+from .signal_steps import run_wait_for_signal
+from .steps import StepOptions, run_sleep, run_step, run_suspend
+
+
+@contextlib.contextmanager
+def engine_statements() -> Iterator[None]:
+    """Turn a failure of the engine's own statements into `PassAbandoned` (a BaseException the
+    body's `except Exception:` cannot swallow). User code inside (a step function) reports its
+    own errors as the step's outcome, so none of them reach here."""
+    try:
+        yield
+    except (DatabaseError, WorkflowDispatchException) as exc:
+        raise PassAbandoned(exc) from exc
+
+
+class Workflow:
+    """The handle a workflow body drives its run with; every method is replay-safe."""
+
+    def __init__(self, replay: ReplayPass) -> None:
+        self._replay = replay
+
+    @property
+    def run_id(self) -> str:
+        return str(self._replay.run.id)
+
+    @property
+    def name(self) -> str:
+        return self._replay.run.workflow
+
+    @property
+    def input(self) -> Any:
+        return self._replay.input
+
+    def do(
+        self,
+        key: str,
+        target: str | Callable[[], Any],
+        data: Any = None,
+        *,
+        retries: int | None = None,
+        retry_delay: int | str | timedelta | None = None,
+        on_error: str | None = None,
+        timeout: int | str | timedelta | None = None,
+    ) -> Any:
+        """Run a step once and return its (JSON round-tripped) result, recorded for replays.
+
+        `target` is a step function name, a workflow name (a child run) or a callable taking no
+        arguments. An exhausted step raises `StepFailed` here, which the body may catch.
+        """
+        options = StepOptions(retries, retry_delay, on_error, timeout)
+        with engine_statements():
+            return run_step(self._replay, key, target, data, options)
+
+    def sleep(self, key: str, duration: int | str | timedelta) -> None:
+        """A durable timer: `duration` is ms, "500ms|10s|5m|2h|1d|1w" or a timedelta."""
+        with engine_statements():
+            run_sleep(self._replay, key, duration)
+
+    def suspend(self, reason: str) -> None:
+        """Suspend the run until someone resumes it; a resumed run walks past this point."""
+        with engine_statements():
+            run_suspend(self._replay, reason)
+
+    def approval(
+        self,
+        key: str,
+        *,
+        approvers: list[str] | None = None,
+        policy: str = "any",
+        quorum: int | None = None,
+        exclude_requester: bool = False,
+        expires_in: int | str | timedelta | None = None,
+        on_expire: str = "reject",
+        escalate_to: list[str] | None = None,
+        remind_every: int | str | timedelta | None = None,
+        form: Any = None,
+        summary: str = "",
+        data: Any = None,
+    ) -> ApprovalOutcome:
+        """Wait for people to decide (README "Approvals"): the run parks until the policy is
+        satisfied or the deadline passes, then this returns the outcome on every replay.
+
+        `approvers`: usernames, "group:<name>", "perm:<app_label.codename>" (none: anyone
+        holding `pikku_workflows.decide_workflowapproval`); `policy`: "any", "all" or "quorum"
+        (`quorum=N`); `exclude_requester`: four eyes; `on_expire`: "reject", "approve", "fail"
+        (raises `ApprovalExpired` here) or "escalate" (to `escalate_to`); `form`: a Form class
+        or dotted path validating the decider's data; `summary` and `data`: what they decide on.
+        """
+        options = {
+            "approvers": approvers,
+            "policy": policy,
+            "quorum": quorum,
+            "exclude_requester": exclude_requester,
+            "expires_in": expires_in,
+            "on_expire": on_expire,
+            "escalate_to": escalate_to,
+            "remind_every": remind_every,
+            "form": form,
+            "summary": summary,
+            "data": data,
+        }
+        with engine_statements():
+            return run_approval(self._replay, key, options)
+
+    def wait_for_signal(
+        self, key: str, name: str, *, timeout: int | str | timedelta | None = None
+    ) -> Any:
+        """Wait for `pw.send_signal(run_id, name, payload)` and return the payload; a signal sent
+        before this point was kept and is taken at once. After `timeout` raises `SignalTimeout`,
+        which the body may catch."""
+        with engine_statements():
+            return run_wait_for_signal(self._replay, key, name, timeout)
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""
+        with engine_statements():
+            record_kept(self._replay)
+            self._replay.set_state(key, value)
+
+    def patched(self, patch_id: str) -> bool:
+        """True for a run that reaches this point on code that has the patch (a marker step is
+        recorded, so it stays True on every replay); False for a run whose history passed this
+        point before the patch existed: it keeps the old branch."""
+        with engine_statements():
+            return run_patched(self._replay, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """For the release that removes a patch's old branch (no run that needs it is left):
+        records the marker like `patched`, so workers still on the `patched` release agree,
+        and branches nothing."""
+        with engine_statements():
+            run_patched(self._replay, patch_id)
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The values set by `set_state` so far in this pass (the same on every replay)."""
+        return MappingProxyType(self._replay.state)

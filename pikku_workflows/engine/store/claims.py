@@ -1,0 +1,165 @@
+"""Every row lock the engine takes: on PostgreSQL the run-guard fragments of `claims.sql` that
+the transitions' statements compose in; here the locks of one known step (a worker's or a
+pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
+batches of due timers and due reminders, an approval being decided, and a run receiving a
+signal. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+run wherever a transaction waits for both, and a step before its approval (the timer loop
+holds a due step when it reads its approval, so deciders take the step first too).
+
+Locks live only as long as the short transaction that takes them; user code runs after the
+commit. Lapses and due times are judged on the database clock, in the locking read itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from ...exceptions import RunInterrupted
+from ...models import WorkflowApproval, WorkflowRun, WorkflowStep
+from ...querysets import DatabaseNow
+from ...sql import Statements
+from ...status import ApprovalStatus, RunStatus
+from .tables import engine_names
+
+STATEMENTS = Statements(Path(__file__).with_name("claims.sql"), names=engine_names)
+# How long the claim of one known step waits for another transaction's row lock.
+STEP_LOCK_TIMEOUT = "5s"
+
+
+def lock_step_txn(run_id: Any, step_key: str, lease_holder: str | None = None) -> Any:
+    """Inside a transaction: the step of a running run (run under `lease_holder`'s lease when
+    given), its row locked and its run's row shared (a cancel or suspend committing meanwhile
+    is waited for, then seen), annotated with `lease_lapsed` and `retry_due` on the database
+    clock; None when there is no such step, or its run is not running (under that lease)."""
+    assert transaction.get_connection().in_atomic_block
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # Wait briefly rather than skip: skipping a locked row could drop the only message.
+            cursor.execute(f"SET LOCAL lock_timeout = '{STEP_LOCK_TIMEOUT}'")
+    step = _lock_step_row_txn(run_id, step_key)
+    if step is None or not _share_running_run_txn(run_id, lease_holder):
+        return None
+    return step
+
+
+def _share_running_run_txn(run_id: Any, lease_holder: str | None) -> bool:
+    """Share the run row while it is running (under `lease_holder`'s lease when given)."""
+    if connection.vendor != "postgresql":
+        runs = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        if lease_holder is not None:
+            runs = runs.filter(lease_holder=lease_holder)
+        return runs.exists()  # SQLite has one writer at a time: nothing to share
+    params = {"run_id": run_id, "run_running": RunStatus.RUNNING, "lease_holder": lease_holder}
+    statement = "run_running_held" if lease_holder is None else "run_held_by_pass"
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS[statement], params)
+        return cursor.fetchone() is not None
+
+
+def _lock_step_row_txn(run_id: Any, step_key: str) -> Any:
+    return (
+        WorkflowStep.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("run__started_by")
+        .filter(run_id=run_id, step_key=step_key)
+        .annotate(
+            lease_lapsed=ExpressionWrapper(
+                Q(lease_expires_at__lt=DatabaseNow()), output_field=BooleanField()
+            ),
+            retry_due=ExpressionWrapper(
+                Q(wake_at__isnull=True) | Q(wake_at__lte=DatabaseNow()),
+                output_field=BooleanField(),
+            ),
+        )
+        .first()
+    )
+
+
+def lock_running_run_txn(run_id: Any, lease_holder: str) -> None:
+    """Inside a transaction: prove the run is still running under this pass, and keep it so.
+
+    The row lock (FOR NO KEY UPDATE, which a cancel or suspend also needs) lasts until the short
+    transaction commits: a cancelled or suspended run starts nothing new. It writes nothing, so
+    a step costs the run row no new version. (On PostgreSQL the hot paths take the same guard
+    inside their one statement: `run_held_by_pass` in claims.sql.)
+    """
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(
+        pk=run_id, status=RunStatus.RUNNING, lease_holder=lease_holder
+    )
+    if not runs.values_list("pk", flat=True)[:1]:
+        raise RunInterrupted(f"run {run_id} is no longer running under this pass")
+
+
+def lock_due_timers_txn(limit: int) -> list[WorkflowStep]:
+    """Inside a transaction: up to `limit` due timer rows (sleeps, retry backoffs) of running
+    runs, oldest due first, skipping rows another transaction holds (another timer loop)."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowStep.objects.due()
+        .filter(run__status=RunStatus.RUNNING)
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("wake_at")[:limit]
+    )
+
+
+def lock_approval_txn(approval_id: Any) -> WorkflowApproval | None:
+    """Inside a transaction: the approval (with its run and step read), its step row locked and
+    then its own row, annotated with `deadline_passed` on the database clock; None when there is
+    no such approval. Deciders, reassigners and the timer loop all settle an approval through
+    this lock, so concurrent decisions are applied one after the other."""
+    assert transaction.get_connection().in_atomic_block
+    step_id = WorkflowApproval.objects.filter(pk=approval_id).values_list("step_id", flat=True)
+    step_rows = WorkflowStep.objects.select_for_update(no_key=True, of=("self",))
+    if not list(step_rows.filter(pk__in=step_id).values_list("pk", flat=True)):
+        return None
+    return (
+        WorkflowApproval.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("run", "step")
+        .annotate(
+            deadline_passed=ExpressionWrapper(
+                Q(expires_at__lte=DatabaseNow()), output_field=BooleanField()
+            )
+        )
+        .filter(pk=approval_id)
+        .first()
+    )
+
+
+def lock_pending_approvals_txn(run_id: Any) -> list[Any]:
+    """Inside a transaction: the ids of the run's pending approvals, their rows locked (a
+    cancel closes them; a decision committing meanwhile is waited for, then seen)."""
+    assert transaction.get_connection().in_atomic_block
+    pending = WorkflowApproval.objects.select_for_update(no_key=True, of=("self",)).filter(
+        run_id=run_id, status=ApprovalStatus.PENDING
+    )
+    return list(pending.order_by("created_at").values_list("pk", flat=True))
+
+
+def lock_due_reminders_txn(limit: int) -> list[WorkflowApproval]:
+    """Inside a transaction: up to `limit` pending approvals of running runs whose reminder is
+    due by the database clock, oldest due first, skipping rows another transaction holds."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowApproval.objects.reminder_due()
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("remind_at")[:limit]
+    )
+
+
+def lock_run_for_signals_txn(run_id: Any) -> str | None:
+    """Inside a transaction: the run's status, its row held FOR NO KEY UPDATE (what a pass that
+    creates a step also takes: a signal sent while the wait for it is being created is applied
+    after, and finds the wait); None when there is no such run."""
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(pk=run_id)
+    return runs.values_list("status", flat=True).first()
+
+
+def deadline_passed(approval: WorkflowApproval) -> bool:
+    """Whether the approval's deadline had passed by the database clock when
+    `lock_approval_txn` read it (the guarded write that settles it judges it again)."""
+    return bool(getattr(approval, "deadline_passed", False))

@@ -1,0 +1,27 @@
+"""The quoted names of the engine's tables and columns that its named statements (`*.sql`) use,
+read from the models' `_meta`."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import Field
+
+from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowVersion
+from ...sql import quoted_table
+
+
+def engine_names() -> dict[str, str]:
+    user = get_user_model()
+    username = user._meta.get_field(user.USERNAME_FIELD)
+    assert isinstance(username, Field) and username.column is not None
+    assert user._meta.pk is not None and user._meta.pk.column is not None
+    return {
+        "run": quoted_table(WorkflowRun),
+        "step": quoted_table(WorkflowStep),
+        "history": quoted_table(WorkflowStepHistory),
+        "version": quoted_table(WorkflowVersion),
+        "user": quoted_table(user),
+        "user_pk": connection.ops.quote_name(user._meta.pk.column),
+        "username": connection.ops.quote_name(username.column),
+    }
