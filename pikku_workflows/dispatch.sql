@@ -1,4 +1,4 @@
--- The queue's side of the engine's one-statement dispatch (engine/store/transitions.sql composes it
+-- The queue's side of the engine's one-statement dispatch (engine/store/step_transitions.sql composes it
 -- in): django-q2's ORM queue table, written as its ORM broker writes it.
 
 -- name: queue_message

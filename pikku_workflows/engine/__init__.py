@@ -59,8 +59,11 @@ store, the tables:
 - `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
 - `store.leases`: run and step leases on the database clock, and the heartbeat that renews
   them.
-- `store.transitions`: every status change of runs, steps and approvals (`transitions.sql` on
-  PostgreSQL).
+- `store.approval_transitions`: an approval's status changes, settled once under its guard.
+- `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
+- `store.step_transitions`: every status change of a step, with its history row
+  (`step_transitions.sql` on PostgreSQL).
+- `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.tables`: the quoted table and column names the statements use.
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from pikku_workflows.engine.store.transitions import move_run, move_step
+from pikku_workflows.engine.store.run_transitions import move_run
+from pikku_workflows.engine.store.step_transitions import move_step
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus

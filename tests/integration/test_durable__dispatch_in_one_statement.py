@@ -12,7 +12,7 @@ from pikku_workflows import tasks
 from pikku_workflows.dispatch import step_message
 from pikku_workflows.engine.replay import queued
 from pikku_workflows.engine.store.leases import acquire_run_lease, request_rerun
-from pikku_workflows.engine.store.transitions import create_dispatched_step
+from pikku_workflows.engine.store.step_transitions import create_dispatched_step
 from pikku_workflows.exceptions import RunInterrupted
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from pikku_workflows.engine.store.transitions import create_step_txn
+from pikku_workflows.engine.store.step_transitions import create_step_txn
 from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import StepStatus
 from tests.factories import WorkflowRunFactory

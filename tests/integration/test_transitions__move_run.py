@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from pikku_workflows.engine.store.claims import lock_running_run_txn
-from pikku_workflows.engine.store.transitions import move_run
+from pikku_workflows.engine.store.run_transitions import move_run
 from pikku_workflows.exceptions import InvalidTransition, RunInterrupted
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import RunStatus

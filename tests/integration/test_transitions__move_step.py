@@ -7,7 +7,7 @@ from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from pikku_workflows.engine.store.transitions import move_step
+from pikku_workflows.engine.store.step_transitions import move_step
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import HISTORY_TIMESTAMP, StepStatus

@@ -10,13 +10,13 @@ import re
 import pytest
 
 from pikku_workflows import dispatch
-from pikku_workflows.engine.store import run_rows, transitions
+from pikku_workflows.engine.store import run_rows, step_transitions
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.sql import parse_blocks, without_comments
 
-ALL_STATEMENTS = [(transitions.STATEMENTS, name) for name in transitions.STATEMENTS.blocks] + [
-    (run_rows.STATEMENTS, name) for name in run_rows.STATEMENTS.blocks
-]
+ALL_STATEMENTS = [
+    (step_transitions.STATEMENTS, name) for name in step_transitions.STATEMENTS.blocks
+] + [(run_rows.STATEMENTS, name) for name in run_rows.STATEMENTS.blocks]
 
 
 def stripped(statements, name: str) -> str:
@@ -35,31 +35,31 @@ def test_statement__never_casts_to_a_length_limited_type(statements, name):
 
 
 def test_run_held_by_pass__holds_the_run_for_share():
-    text = stripped(transitions.STATEMENTS, "run_held_by_pass")
+    text = stripped(step_transitions.STATEMENTS, "run_held_by_pass")
     assert text.endswith("AND lease_holder = %(lease_holder)s FOR SHARE")
 
 
 def test_insert_step_in_run__takes_the_run_guard_before_inserting():
-    text = stripped(transitions.STATEMENTS, "insert_step_in_run")
+    text = stripped(step_transitions.STATEMENTS, "insert_step_in_run")
     guard = text.index("WITH guard AS (SELECT id FROM")
     assert text.index("FOR SHARE)", guard) < text.index("INSERT INTO")
 
 
 def test_claim_queued_step__shares_the_run_unless_another_transaction_holds_it():
-    text = stripped(transitions.STATEMENTS, "claim_queued_step")
+    text = stripped(step_transitions.STATEMENTS, "claim_queued_step")
     assert "FOR SHARE OF run SKIP LOCKED)" in text
     assert text.index("FOR SHARE OF run SKIP LOCKED)") < text.index("UPDATE")
 
 
 def test_record_outcome_and_insert_step__records_first_then_guards_then_inserts():
-    text = stripped(transitions.STATEMENTS, "record_outcome_and_insert_step")
+    text = stripped(step_transitions.STATEMENTS, "record_outcome_and_insert_step")
     moved, guard = text.index("WITH moved AS ( UPDATE"), text.index("guard AS (SELECT id FROM")
     assert moved < guard < text.index("FOR SHARE)") < text.index("INSERT INTO")
     assert "FROM guard WHERE EXISTS (SELECT 1 FROM moved)" in text
 
 
 def test_record_step_outcome_taking_run_lease__never_waits_for_the_run_row():
-    text = stripped(transitions.STATEMENTS, "record_step_outcome_taking_run_lease")
+    text = stripped(step_transitions.STATEMENTS, "record_step_outcome_taking_run_lease")
     assert "FOR NO KEY UPDATE SKIP LOCKED" in text
 
 
@@ -75,7 +75,9 @@ def columns_of(model) -> set[str]:
 
 
 def test_new_step_columns__are_every_column_of_a_step():
-    listed = {column.strip() for column in transitions.STATEMENTS["new_step_columns"].split(",")}
+    listed = {
+        column.strip() for column in step_transitions.STATEMENTS["new_step_columns"].split(",")
+    }
     assert listed == columns_of(WorkflowStep)
 
 
@@ -89,4 +91,4 @@ def test_insert_run__lists_every_column_of_a_run():
 def test_queue_message__is_supplied_by_dispatch_and_composed_into_the_dispatch():
     fragment = dispatch.queue_fragments()["queue_message"]
     assert fragment.startswith("queue_message AS (")
-    assert fragment in transitions.STATEMENTS["insert_dispatched_step"]
+    assert fragment in step_transitions.STATEMENTS["insert_dispatched_step"]

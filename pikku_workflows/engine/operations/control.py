@@ -34,13 +34,10 @@ from ...serialization import describe_error
 from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
 from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from ..replay import children
+from ..store.approval_transitions import cancel_pending_approvals_txn
 from ..store.run_rows import create_run_row
-from ..store.transitions import (
-    cancel_pending_approvals_txn,
-    create_step_txn,
-    move_run,
-    move_step_txn,
-)
+from ..store.run_transitions import move_run
+from ..store.step_transitions import create_step_txn, move_step_txn
 from .reads import get_run_status, run_pk
 from .runs import checked_user
 from .timers import dispatch_woken

@@ -24,7 +24,8 @@ from ..replay.orchestrator import orchestrate
 from ..replay.queued import handling_message
 from ..replay.replay_pass import LeasedRun
 from ..store.leases import new_lease_holder
-from ..store.transitions import claim_queued_step, move_run, move_step_txn
+from ..store.run_transitions import move_run
+from ..store.step_transitions import claim_queued_step, move_step_txn
 
 logger = logging.getLogger(__name__)
 

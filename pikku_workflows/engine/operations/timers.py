@@ -22,7 +22,7 @@ from ...status import ApprovalStatus, StepKind, StepStatus
 from ..store.approval_rows import fire_approval_timer_txn, send_due_reminders
 from ..store.claims import lock_due_timers_txn
 from ..store.signal_rows import time_out_wait_txn
-from ..store.transitions import move_step_txn
+from ..store.step_transitions import move_step_txn
 
 logger = logging.getLogger(__name__)
 

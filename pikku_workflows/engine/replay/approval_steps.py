@@ -17,7 +17,7 @@ from ...registry import validate_step_key
 from ...status import StepKind, StepStatus
 from ..store.approval_rows import open_approval_txn
 from ..store.claims import lock_running_run_txn
-from ..store.transitions import park_step_txn
+from ..store.step_transitions import park_step_txn
 from .attempts import record_kept
 from .replay_pass import ReplayPass
 

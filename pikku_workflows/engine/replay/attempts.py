@@ -35,13 +35,13 @@ from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_step_txn
 from ..store.leases import heartbeat, request_rerun, step_lease_until
 from ..store.run_state import checked_state, merge_run_state
-from ..store.transitions import (
+from ..store.step_transitions import (
     UnrecordedSuccess,
     create_step_in_run,
     move_step_txn,
-    on_postgresql,
     record_step_outcome,
 )
+from ..store.transitions import on_postgresql
 from .replay_pass import ReplayPass, observe_timer
 
 INVOCATION_NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")

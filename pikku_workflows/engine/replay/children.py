@@ -27,7 +27,7 @@ from ...serialization import describe_error
 from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
 from ..store.claims import lock_running_run_txn
 from ..store.run_rows import create_run_row
-from ..store.transitions import move_step, move_step_txn
+from ..store.step_transitions import move_step, move_step_txn
 from .attempts import record_kept
 from .replay_pass import ReplayPass, is_driven_here
 

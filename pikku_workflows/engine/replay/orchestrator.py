@@ -41,7 +41,7 @@ from ..store.leases import (
     release_run_lease,
     request_rerun,
 )
-from ..store.transitions import move_run
+from ..store.run_transitions import move_run
 from . import children
 from .attempts import record_kept
 from .graphs import run_graph

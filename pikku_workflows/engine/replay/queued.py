@@ -39,7 +39,8 @@ from ...exceptions import (
 from ...models import WorkflowStep
 from ...registry import StepFunctionDefinition, registry
 from ...status import StepStatus
-from ..store.transitions import create_dispatched_step, create_step_in_run, move_step, on_postgresql
+from ..store.step_transitions import create_dispatched_step, create_step_in_run, move_step
+from ..store.transitions import on_postgresql
 from .attempts import record_kept, timeout_enforceable
 from .replay_pass import ReplayPass
 

@@ -18,7 +18,7 @@ from ...models import WorkflowRun, WorkflowStep
 from ...serialization import round_trip
 from ...validation import KEY_MAX_LENGTH
 from ..store.run_state import checked_state, merge_run_state
-from ..store.transitions import UnrecordedSuccess
+from ..store.step_transitions import UnrecordedSuccess
 
 _driven: ContextVar[frozenset[str]] = ContextVar("pikku_driven_runs", default=frozenset())
 

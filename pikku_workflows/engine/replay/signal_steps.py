@@ -17,7 +17,7 @@ from ...status import StepKind, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_running_run_txn
 from ..store.signal_rows import deliver_signals_txn, wait_name
-from ..store.transitions import park_step_txn
+from ..store.step_transitions import park_step_txn
 from .attempts import record_kept
 from .replay_pass import ReplayPass
 

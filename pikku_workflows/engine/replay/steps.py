@@ -31,7 +31,7 @@ from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
-from ..store.transitions import move_step
+from ..store.step_transitions import move_step
 from . import children, queued
 from .attempts import (
     call_user_code,

@@ -9,7 +9,8 @@ from django.db import transaction
 from ...exceptions import RunSuspendedSignal, WorkflowError
 from ...status import RunStatus, StepStatus
 from ..store.claims import lock_running_run_txn
-from ..store.transitions import create_step_txn, move_run
+from ..store.run_transitions import move_run
+from ..store.step_transitions import create_step_txn
 from .attempts import record_kept
 from .replay_pass import ReplayPass
 

@@ -3,7 +3,7 @@ by its deadline, or closed with its run), escalated, reminded; who requested it 
 decide it; and the Django signals that announce each change after its commit.
 
 Every settlement is judged under the approval's row lock (`claims.lock_approval_txn`) and
-written by one guarded move (`transitions.move_approval_txn`): whoever comes second finds it
+written by one guarded move (`approval_transitions.move_approval_txn`): whoever comes second finds it
 settled. Deadlines are the recorded `expires_at`, judged on the database clock.
 """
 
@@ -44,8 +44,9 @@ from ...models import (
 from ...querysets import DatabaseNow, database_in
 from ...serialization import describe_error
 from ...status import ApprovalStatus, StepStatus
+from .approval_transitions import move_approval_txn
 from .claims import deadline_passed, lock_approval_txn, lock_due_reminders_txn
-from .transitions import move_approval_txn, move_step_txn
+from .step_transitions import move_step_txn
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
--- The row locks the engine's statements take, as fragments the transitions (transitions.sql)
+-- The row locks the engine's statements take, as fragments the transitions (step_transitions.sql)
 -- compose in, or claims.py runs itself. Each holds the run row for as long as the statement's
 -- transaction lasts.
 --

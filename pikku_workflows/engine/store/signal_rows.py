@@ -18,7 +18,7 @@ from ...models import WorkflowSignal, WorkflowStep
 from ...querysets import DatabaseNow
 from ...serialization import describe_error
 from ...status import StepStatus
-from .transitions import move_step_txn
+from .step_transitions import move_step_txn
 
 
 def keep_signal_txn(run_id: Any, name: str, payload: Any, by: Any) -> WorkflowSignal:

@@ -1,0 +1,45 @@
+"""A run's status changes: one guarded write per move, refused when the run's status (or its
+lease holder) is not what the move expects (`InvalidTransition`, `RunInterrupted`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ...exceptions import InvalidTransition, RunInterrupted
+from ...models import WorkflowRun
+from ...querysets import DatabaseNow
+from ...status import TERMINAL_RUN_STATUSES, RunStatus, run_sources
+from .transitions import checked_sources
+
+
+def move_run(
+    run_id: Any,
+    target: str,
+    *,
+    expected: Iterable[str] | None = None,
+    lease_holder: str | None = None,
+    **fields: Any,
+) -> None:
+    """Move a run to `target` if its status is one of `expected` (default: every legal source).
+
+    With `lease_holder`, the move also requires that holder to own the run lease; a move to a
+    terminal status then releases the lease in the same write (a settled run is never
+    orchestrated again, so a pending rerun request is moot).
+    """
+    sources = checked_sources("run", target, run_sources(target), expected)
+    runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
+    if lease_holder is not None:
+        runs = runs.filter(lease_holder=lease_holder)
+    if target in TERMINAL_RUN_STATUSES:
+        fields.setdefault("finished_at", DatabaseNow())
+        if lease_holder is not None:
+            fields.update(lease_holder=None, lease_expires_at=None, rerun_requested=False)
+    elif target == RunStatus.RUNNING:
+        fields.setdefault("finished_at", None)
+    if runs.update(status=target, updated_at=DatabaseNow(), **fields):
+        return
+    current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if lease_holder is not None and current in sources:
+        raise RunInterrupted(f"run {run_id} lease is no longer held by this pass")
+    raise InvalidTransition("run", current, target)
