@@ -36,7 +36,7 @@ import pikku_workflows as pw
 from ..approvals.forms import load_form
 from ..approvals.policy import DECIDE_PERMISSION, ApprovalPolicy, refusal
 from ..engine.operations.approval_reads import VIEW_APPROVAL_PERMISSION, decidable_by, visible_to
-from ..engine.store.approval_rows import decider_for
+from ..engine.store.approval_deciders import decider_for
 from ..models import WorkflowApproval, WorkflowApprovalDecision
 from ..querysets import DatabaseNow
 from ..status import ApprovalStatus

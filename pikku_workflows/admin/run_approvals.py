@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 
 from ..approvals.policy import DECIDE_PERMISSION
 from ..engine.operations.approval_reads import decidable_by
-from ..engine.store.approval_rows import eligible_deciders
+from ..engine.store.approval_deciders import eligible_deciders
 from ..models import WorkflowApproval, WorkflowApprovalDecision, WorkflowRun, WorkflowStep
 from ..status import RunStatus
 from .display import EMPTY, format_moment, pretty_json, status_badge

@@ -53,7 +53,8 @@ replay, one pass of a run:
 store, the tables:
 
 - `store.approval_rows`: an approval's life in the tables: opened, settled once, escalated,
-  reminded; who requested it and who may decide it; its Django signals, after commit.
+  reminded; its Django signals, after commit.
+- `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.
 - `store.signal_rows`: signals kept in order and handed to waits, each once; waits timed out.
 - `store.run_state`: the run's state map, merged one key at a time (`run_state.sql`).
 - `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`).

@@ -12,7 +12,7 @@ from django.db.models import Q, QuerySet
 from ...approvals.policy import refusal
 from ...exceptions import ApprovalNotFound
 from ...models import WorkflowApproval, WorkflowApprovalDecision
-from ..store.approval_rows import decider_for
+from ..store.approval_deciders import decider_for
 
 VIEW_RUN_PERMISSION = "pikku_workflows.view_workflowrun"
 VIEW_APPROVAL_PERMISSION = "pikku_workflows.view_workflowapproval"

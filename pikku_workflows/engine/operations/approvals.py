@@ -41,11 +41,10 @@ from ...models import WorkflowApproval, WorkflowApprovalDecision, WorkflowAuditE
 from ...querysets import DatabaseNow
 from ...status import ApprovalStatus
 from ...validation import REASON_MAX_LENGTH, checked_text
+from ..store.approval_deciders import decider_for, eligible_deciders
 from ..store.approval_rows import (
     announce,
     close_approval_txn,
-    decider_for,
-    eligible_deciders,
     record_expiry_txn,
     settle_by_decisions_txn,
     votes_of,
