@@ -110,7 +110,7 @@ def check_timer_loop_running(
     from .models import WorkflowStep
     from .querysets import database_ago
     from .status import RunStatus
-    from .workers import SILENT_AFTER_SECONDS, timer_loop_seen
+    from .worker_registration import SILENT_AFTER_SECONDS, timer_loop_seen
 
     if not databases:
         return []

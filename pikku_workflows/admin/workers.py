@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import WorkflowWorker
-from ..workers import SILENT_AFTER_SECONDS, last_seen, timer_loop_seen
+from ..worker_registration import SILENT_AFTER_SECONDS, last_seen, timer_loop_seen
 from .display import ADMIN_CSS, format_moment
 from .records import ReadOnlyAdminMixin
 

@@ -16,7 +16,7 @@ import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
 from pikku_workflows.models import WorkflowRun, WorkflowWorker
 from pikku_workflows.status import RunStatus
-from pikku_workflows.workers import timer_loop_seen
+from pikku_workflows.worker_registration import timer_loop_seen
 from tests.conftest import wait_until
 
 pytestmark = [

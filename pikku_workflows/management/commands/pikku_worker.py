@@ -55,7 +55,7 @@ class Command(BaseCommand):
 
         from pikku_workflows.engine.operations.recovery import run_timer_loop
         from pikku_workflows.worker_process import arrange_forked_children, steps_in_flight
-        from pikku_workflows.workers import WorkerRegistration
+        from pikku_workflows.worker_registration import WorkerRegistration
 
         if workers:
             Conf.WORKERS = workers
