@@ -76,7 +76,7 @@ def _steps() -> WorkflowStepQuerySet:
     return WorkflowStep.objects.all()
 
 
-# What a live run can wait on (the summary's `waiting_on.kind`, DESIGN §4.6), each as the runs
+# What a live run can wait on (the summary's `waiting_on.kind`), each as the runs
 # waiting that way. A run matches a kind when *any* of its steps does (a fan-out can wait on a
 # timer and a child at once), while the summary names the newest step in flight.
 WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
@@ -92,7 +92,7 @@ WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
 
 
 def waiting_on_q(kind: str) -> models.Q:
-    """The runs waiting on `kind`, as a filter (`ValueError` for a kind DESIGN does not name)."""
+    """The runs waiting on `kind`, as a filter (`ValueError` for a kind not named here)."""
     predicate = WAITING_KINDS.get(kind)
     if predicate is None:
         raise ValueError(f"Unknown waiting kind {kind!r}")

@@ -1,4 +1,4 @@
-"""The approval endpoints (DESIGN §7): the approvals a user may see (list with filters, detail),
+"""The approval endpoints (docs/http-api.md): the approvals a user may see (list with filters, detail),
 and deciding (approve, reject) and reassigning one, each through the engine's operation, which
 judges the approval's policy, validates the form's data and audits.
 

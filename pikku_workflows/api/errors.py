@@ -1,6 +1,6 @@
-"""The API's one exception handler: every error answers `{"code", "detail"}` (DESIGN §3, §7).
+"""The API's one exception handler: every error answers `{"code", "detail"}` (docs/http-api.md).
 
-Domain errors (`pw.WorkflowError`) keep their stable `code` and get the status DESIGN gives it;
+Domain errors (`pw.WorkflowError`) keep their stable `code` and get the status docs/http-api.md gives it;
 DRF's own errors (authentication, permissions, routing, throttling) keep their status and name
 their code after DRF's (`NOT_AUTHENTICATED`, `PERMISSION_DENIED`, ...); validation and parse
 errors are `INVALID_INPUT`, validation errors with DRF's field detail under `fields`.
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 INVALID_INPUT = pw.InvalidInput.code
 
-# The HTTP status of each domain error the API can meet (DESIGN §3); subclasses inherit theirs.
+# The HTTP status of each domain error the API can meet (docs/http-api.md); subclasses inherit theirs.
 STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.WorkflowNotFound: status.HTTP_404_NOT_FOUND,
     pw.RunNotFound: status.HTTP_404_NOT_FOUND,
@@ -34,13 +34,13 @@ STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.IdempotencyConflict: status.HTTP_409_CONFLICT,
     pw.ApprovalResolved: status.HTTP_409_CONFLICT,
     pw.ApprovalForbidden: status.HTTP_403_FORBIDDEN,
-    # Not in DESIGN §3's list; a 404 like every other id that names nothing (or nothing yours).
+    # Not among the documented codes' statuses; a 404 like every other id that names nothing (or nothing yours).
     pw.ApprovalNotFound: status.HTTP_404_NOT_FOUND,
 }
 
 
 def status_of(error: pw.WorkflowError) -> int:
-    """The HTTP status of a domain error; one DESIGN does not map is the server's fault (500)."""
+    """The HTTP status of a domain error; one not mapped here is the server's fault (500)."""
     for cls in type(error).__mro__:
         if cls in STATUS_BY_ERROR:
             return STATUS_BY_ERROR[cls]

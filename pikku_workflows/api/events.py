@@ -129,7 +129,7 @@ class RunEventStream:
 
     def _probe(self) -> tuple[Any, ...]:
         """One query: the run's status and last change, its steps' count and last change, and
-        its last audit entry. Every step and run write sets `updated_at` (DESIGN §3)."""
+        its last audit entry. Every step and run write sets `updated_at`."""
         steps = WorkflowStep.objects.filter(run_id=OuterRef("pk")).order_by().values("run_id")
         audit = WorkflowAuditEntry.objects.filter(run_id=OuterRef("pk")).order_by()
         row = (

@@ -219,7 +219,7 @@ def _query_value(item: str | float) -> str:
 
 
 class ApprovalFilterSet(django_filters.FilterSet):
-    """`?status=pending&mine=1&run=<uuid>` (DESIGN §7)."""
+    """`?status=pending&mine=1&run=<uuid>` (docs/http-api.md)."""
 
     status = _array_of({"type": "string", "enum": ApprovalStatus.values})(
         ListFilter(

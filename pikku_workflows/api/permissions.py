@@ -1,4 +1,4 @@
-"""Who sees which runs and who may act on them (DESIGN §7).
+"""Who sees which runs and who may act on them (docs/http-api.md).
 
 Reads: holders of `view_workflowrun` see every run, other users the runs they started; the host's
 `RUN_QUERYSET_FILTER` hook narrows that further (tenants). A run outside that set does not

@@ -232,7 +232,7 @@ class RunListItemSerializer(RunFieldsSerializer):
 
 
 class TimelineEventSerializer(serializers.Serializer):
-    """One event of `pw.get_run_timeline(run_id)` (DESIGN §4.9)."""
+    """One event of `pw.get_run_timeline(run_id)` (docs/http-api.md)."""
 
     seq = serializers.IntegerField()
     at = serializers.DateTimeField()
@@ -298,7 +298,7 @@ class ApprovalDecisionSerializer(serializers.Serializer):
 
 
 class ApprovalSerializer(serializers.Serializer):
-    """`pw.get_approval(approval_id)`: the fields DESIGN §7 names, the request and its options,
+    """`pw.get_approval(approval_id)`: the fields docs/http-api.md names, the request and its options,
     and every decision so far."""
 
     id = serializers.UUIDField()

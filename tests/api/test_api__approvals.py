@@ -31,8 +31,8 @@ pytestmark = pytest.mark.django_db
 
 APPROVALS = API + "approvals/"
 FORM = PURCHASE
-# The fields DESIGN §7 gives the approval that approve / reject answer.
-DESIGN_FIELDS = {
+# The fields docs/http-api.md gives the approval that approve / reject answer.
+DOCUMENTED_FIELDS = {
     "id",
     "run_id",
     "step_key",
@@ -111,7 +111,7 @@ def test_list__answers_each_approval_as_the_engine_describes_it(boss_api, pendin
     body = response.json()
     assert body["results"] == [pw.get_approval(pending.pk)]
     item = body["results"][0]
-    assert set(item) >= DESIGN_FIELDS
+    assert set(item) >= DOCUMENTED_FIELDS
     assert (item["id"], item["run_id"], item["step_key"]) == (
         str(pending.pk),
         str(pending.run_id),
@@ -236,7 +236,7 @@ def test_approve__with_a_comment_and_data_settles_it_and_the_run_goes_on(
 
     assert response.status_code == 200
     body = response.json()
-    assert set(body) >= DESIGN_FIELDS
+    assert set(body) >= DOCUMENTED_FIELDS
     assert (body["status"], body["decided_by"], body["comment"], body["data"]) == (
         "approved",
         "boss",

@@ -1,4 +1,4 @@
-"""The one exception handler: DESIGN §3's codes and statuses, DRF's errors, database refusals."""
+"""The one exception handler: the documented codes and statuses, DRF's errors, database refusals."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A cancel racing a claim or a step insert: while the cancel's transaction holds the run row,
 the claim and the guarded insert wait for it (their row lock on the run), then see the run
 cancelled and start nothing. Without that lock they would read the run as still running and
-start a step of a cancelled run (issue 10 fault 11)."""
+start a step of a cancelled run."""
 
 from __future__ import annotations
 

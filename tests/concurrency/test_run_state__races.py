@@ -1,5 +1,5 @@
 """Parallel graph nodes set run state at once: each `ctx.set_state` merges its key in one
-statement, so no writer loses another's key (reference §4 item 51)."""
+statement, so no writer loses another's key."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """An inline caller killed while it sleeps in-process (a short `wf.sleep`) leaves a durable timer
-behind, not a step nobody will ever look at: the timer loop fires it and the run completes
-(issue 10 fault 4a)."""
+behind, not a step nobody will ever look at: the timer loop fires it and the run completes"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Queued steps run in place on real workers, through crashes and deploys: kill -9 of a worker's
 whole process group, again and again, loses no run, re-runs at most the steps in flight, and
 every recorded result comes from the attempt that claimed the step; a SIGTERM lets the running
-step finish and hands the next one to the queue (issue 13, Reliability)."""
+step finish and hands the next one to the queue."""
 
 from __future__ import annotations
 

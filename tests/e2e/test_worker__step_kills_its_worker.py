@@ -1,7 +1,6 @@
 """An in-process step that SIGKILLs the worker running it, every time: each death costs one
 attempt (its lease lapses, recovery hands the run to a live worker process), and on the last
-attempt the step fails with STEP_LEASE_EXPIRED and the run fails; it never loops for ever
-(issue 10 fault 3)."""
+attempt the step fails with STEP_LEASE_EXPIRED and the run fails; it never loops for ever"""
 
 from __future__ import annotations
 

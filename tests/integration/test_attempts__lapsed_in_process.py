@@ -1,7 +1,6 @@
 """An in-process step whose process died mid-attempt (its lease lapses) is re-claimed as a new
 attempt only while attempts remain; on its last attempt it fails with STEP_LEASE_EXPIRED, as a
-queued step does, so a step that always kills its process cannot loop for ever (issue 10
-fault 3)."""
+queued step does, so a step that always kills its process cannot loop for ever."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A step result the database refuses (a lone surrogate passes Python's JSON but not jsonb; or
 any DataError while writing the outcome) fails the step at once with
-STEP_RESULT_NOT_SERIALIZABLE: retrying cannot make it storable, and nothing is left running
-(issue 10 fault 7)."""
+STEP_RESULT_NOT_SERIALIZABLE: retrying cannot make it storable, and nothing is left running"""
 
 from __future__ import annotations
 

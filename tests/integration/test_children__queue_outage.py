@@ -1,6 +1,6 @@
 """Child runs through a queue outage: a child started while the queue refuses messages does not
 fail its parent nor orphan itself, and cancelling a child during an outage succeeds; recovery
-carries both on once the queue is back (issue 10 fault 2)."""
+carries both on once the queue is back."""
 
 from __future__ import annotations
 

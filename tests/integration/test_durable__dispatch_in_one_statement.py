@@ -1,6 +1,6 @@
 """With django-q2's queue in the engine's database, a queued step, its message and the release of
 the run lease are one write, and a step worker takes the lease in the write that records the
-result (docs/architecture.md §4: "dispatched first, then marked scheduled"; issue 5's levers)."""
+result (docs/architecture.md §4: "dispatched first, then marked scheduled")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`pw.recover()`: heal from the tables alone what lost messages and dead workers left behind
-(docs/architecture.md §8, issue 4 §6). Queued tasks run in-process through `drain_queue`."""
+(docs/architecture.md §8). Queued tasks run in-process through `drain_queue`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The per-step cost of a queued step, pinned: claim, run, record and the in-place orchestrator
-pass that dispatches the next step, in a fixed number of round trips (issue 5, bench/queued.py).
+pass that dispatches the next step, in a fixed number of round trips (bench/queued.py).
 
 The run lease is taken by the write that records the result and released by the write that
 dispatches the next step, so the pass neither reads the run nor leases it separately."""

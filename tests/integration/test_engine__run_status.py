@@ -1,4 +1,4 @@
-"""`pw.get_run_status`: exactly the fields of DESIGN §7, per-step attempts and durations, and
+"""`pw.get_run_status`: exactly the documented fields, per-step attempts and durations, and
 what a live run waits on."""
 
 from __future__ import annotations

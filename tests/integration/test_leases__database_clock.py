@@ -1,6 +1,5 @@
 """Leases, lapses and due times are computed and judged on the database clock: a process whose
-own clock runs ahead or behind neither steals a live step nor arms a timer in the wrong place
-(issue 10 fault 5)."""
+own clock runs ahead or behind neither steals a live step nor arms a timer in the wrong place"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A run is failed only by user code. When one of the engine's own statements fails (the queue
 table refuses the message, a lock or statement timeout, a deadlock, a revoked permission) the
 pass is abandoned: the run stays running, nothing is marked failed, and once the database
-accepts the statement again recovery finishes the run (docs/architecture.md §3; issue 10 fault 1).
+accepts the statement again recovery finishes the run (docs/architecture.md §3).
 
 The outage tests send their steps through the queue (`through_the_queue`): a step a worker's
 pass runs in place sends no message to refuse."""

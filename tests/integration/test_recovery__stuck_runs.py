@@ -1,6 +1,6 @@
 """Runs that a crash left with nothing to move them are found by recovery without waiting out
 the stall window: a parent whose child ended before the parent was told, and a run whose pass
-died holding the run lease (issue 10 fault 4b, 4c)."""
+died holding the run lease."""
 
 from __future__ import annotations
 

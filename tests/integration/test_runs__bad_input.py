@@ -1,6 +1,6 @@
 """Every bad input to the operations is a clear `WorkflowError` and writes nothing: wrong types,
 unknown names, values jsonb refuses, oversized values, keys too long for their column (never
-truncated), users that are no user (issue 10 faults 6, 7, 10)."""
+truncated), users that are no user."""
 
 from __future__ import annotations
 

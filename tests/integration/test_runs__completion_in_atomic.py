@@ -1,7 +1,7 @@
 """`run_to_completion` inside the caller's transaction (ATOMIC_REQUESTS, `TestCase`): a run that
 finishes inline returns as usual; one that parks could never finish (its rows are invisible to
 workers until the commit), so it is refused with InvalidInput at once, and nothing of it is
-kept (issue 10 fault 8)."""
+kept."""
 
 from __future__ import annotations
 

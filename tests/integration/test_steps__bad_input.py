@@ -1,7 +1,6 @@
 """Bad input inside a workflow body is the body's bug: the call raises `InvalidInput` before
 anything is written, so the run fails with INVALID_INPUT and no step is left half made (never a
-raw OverflowError, IntegrityError or DataError, never a step stuck running; issue 10 faults 6,
-7, 10)."""
+raw OverflowError, IntegrityError or DataError, never a step stuck running)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A queued step's `timeout` stops the attempt (an alarm in the worker's main thread raising an
 exception `except Exception` cannot swallow): the attempt fails with TIMEOUT and follows the
-retry policy, and nothing of it keeps running beside its retry (issue 10 fault 9)."""
+retry policy, and nothing of it keeps running beside its retry."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import pytest
 import pikku_workflows as pw
 from pikku_workflows import exceptions
 
-# DESIGN §3: every exported exception, with the code DESIGN names for it (None: not fixed there).
+# Every exported exception, with its documented code (None: not fixed).
 EXPORTED_CODES = {
     "WorkflowNotFound": "WORKFLOW_NOT_FOUND",
     "RunNotFound": "RUN_NOT_FOUND",

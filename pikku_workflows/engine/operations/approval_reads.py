@@ -41,7 +41,7 @@ def get_approval(approval_id: Any) -> dict[str, Any]:
 
 def approval_dict(approval: WorkflowApproval) -> dict[str, Any]:
     """`{id, run_id, step_key, status, approvers, policy, expires_at, decided_by, decided_at,
-    comment, data}` (DESIGN §7), with the request, the options and every decision.
+    comment, data}` (docs/http-api.md), with the request, the options and every decision.
 
     The decisions are read as `approval.decisions` (ordered by time, then id): a list of
     approvals that prefetched them builds every dict without a query per approval."""

@@ -6,7 +6,7 @@ on, with no message and no new pass, while the queue message it is handling has 
 (`IN_PLACE_MAX_SECONDS`, `IN_PLACE_MAX_STEPS`), the step's timeout can be enforced here and fits
 in django-q2's time for the message, and the worker is not shutting down. A queue that refuses a
 message is transient: the step stays pending, the run running, and the pass is abandoned for
-recovery to relay (§3); nothing is failed.
+recovery to relay (docs/architecture.md §3); nothing is failed.
 """
 
 from __future__ import annotations
