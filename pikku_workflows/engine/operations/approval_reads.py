@@ -13,6 +13,7 @@ from ...approvals.policy import refusal
 from ...exceptions import ApprovalNotFound
 from ...models import WorkflowApproval, WorkflowApprovalDecision
 from ..store.approval_deciders import decider_for
+from ..store.approval_rows import decision_dict
 
 VIEW_RUN_PERMISSION = "pikku_workflows.view_workflowrun"
 VIEW_APPROVAL_PERMISSION = "pikku_workflows.view_workflowapproval"
@@ -69,16 +70,7 @@ def approval_dict(approval: WorkflowApproval) -> dict[str, Any]:
         "decided_at": _iso(approval.decided_at),
         "comment": approval.comment,
         "data": approval.data,
-        "decisions": [
-            {
-                "user": d.username,
-                "approve": d.approve,
-                "comment": d.comment,
-                "data": d.data,
-                "at": d.created_at.isoformat(),
-            }
-            for d in decisions
-        ],
+        "decisions": [decision_dict(decision) for decision in decisions],
     }
 
 

@@ -92,20 +92,22 @@ def votes_of(approval: WorkflowApproval) -> list[Vote]:
 
 
 def decision_list(approval: WorkflowApproval) -> list[dict[str, Any]]:
-    """Every decision as the outcome lists it: `{user, approve, comment, data, at}`."""
+    """Every decision as the outcome lists it (`decision_dict`)."""
     decisions = WorkflowApprovalDecision.objects.filter(approval=approval).order_by(
         "created_at", "id"
     )
-    return [
-        {
-            "user": d.username,
-            "approve": d.approve,
-            "comment": d.comment,
-            "data": d.data,
-            "at": d.created_at.isoformat(),
-        }
-        for d in decisions
-    ]
+    return [decision_dict(decision) for decision in decisions]
+
+
+def decision_dict(decision: WorkflowApprovalDecision) -> dict[str, Any]:
+    """One decision as outcomes and reads show it: `{user, approve, comment, data, at}`."""
+    return {
+        "user": decision.username,
+        "approve": decision.approve,
+        "comment": decision.comment,
+        "data": decision.data,
+        "at": decision.created_at.isoformat(),
+    }
 
 
 # --- settling ------------------------------------------------------------------------------
