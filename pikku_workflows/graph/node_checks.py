@@ -18,6 +18,7 @@ from .references import (
     PATH,
     REF,
     TEMPLATE,
+    ReadableRoots,
     is_ref,
     is_template,
     template_candidates,
@@ -148,7 +149,7 @@ def _template_problems(
     template = value[TEMPLATE]
     if not isinstance(template, str) or len(value) > 1:
         return [f"{where}: a $template is {{'$template': 'text with {{{{ node.path }}}}'}}"]
-    roots = set(node_ids) | BUILTIN_ROOTS
+    roots = ReadableRoots(node_ids)
     problems = []
     for expression in template_expressions(template):
         shown = f"'{{{{ {expression} }}}}'"

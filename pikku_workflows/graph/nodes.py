@@ -8,7 +8,7 @@ from typing import Any
 
 from ..retry import RetryPolicy
 from .references import (
-    BUILTIN_ROOTS,
+    ReadableRoots,
     Reference,
     is_ref,
     is_well_formed_ref,
@@ -132,7 +132,7 @@ def _retry_delay(value: Any) -> int | str | None:
 def _dependencies(
     raw: dict[str, Any], approval: dict[str, Any] | None, node_ids: Collection[str]
 ) -> tuple[str, ...]:
-    roots = set(node_ids) | BUILTIN_ROOTS
+    roots = ReadableRoots(node_ids)
     sources = [raw.get("input"), raw.get("for_each"), (approval or {}).get("data")]
     found = {ref.root for source in sources for ref in references_in(source, roots)}
-    return tuple(sorted(found & set(node_ids)))
+    return tuple(sorted(root for root in found if root in node_ids))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,18 @@ TEMPLATE = "$template"
 TRIGGER = "trigger"
 ITEM = "$item"
 BUILTIN_ROOTS = frozenset({TRIGGER, ITEM})
+
+
+@dataclass(frozen=True)
+class ReadableRoots:
+    """The names a reference may start with: the graph's node ids and the built-in roots,
+    without copying the ids (a node's check stays constant in the graph's size)."""
+
+    node_ids: Container[str]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.node_ids or name in BUILTIN_ROOTS
+
 
 _EXPRESSION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 
@@ -55,7 +67,7 @@ def template_expressions(template: str) -> list[str]:
     return [match.group(1).strip() for match in _EXPRESSION.finditer(template)]
 
 
-def template_candidates(expression: str, roots: Collection[str]) -> list[Reference]:
+def template_candidates(expression: str, roots: Container[str]) -> list[Reference]:
     """Every reading of `a.b.c` whose head is a known root, shortest head first.
 
     Node ids may contain dots, so `{{ a.b.c }}` could name node `a` or node `a.b`;
@@ -76,7 +88,7 @@ def template_parts(template: str) -> list[str]:
     return [part if index % 2 == 0 else part.strip() for index, part in enumerate(parts)]
 
 
-def references_in(value: Any, roots: Collection[str]) -> Iterator[Reference]:
+def references_in(value: Any, roots: Container[str]) -> Iterator[Reference]:
     """Every reference inside `value`, depth first; a template expression with no reading is
     skipped (validation reports it), an ambiguous one yields its longest reading."""
     if is_ref(value):
