@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pikku
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), each with its own test database; 0 runs the suite in this one.
+PYTEST_WORKERS ?= 3
 
 .PHONY: install test test-sqlite lint demo migrate worker openapi clean
 
@@ -20,7 +22,7 @@ install: $(STAMP)
 test: $(STAMP)
 	@if $(PY) -m project.dbprobe "$(DATABASE_URL)"; then \
 		echo "==> tests on PostgreSQL ($(DATABASE_URL))"; \
-		DATABASE_URL="$(DATABASE_URL)" $(PY) -m pytest $(PYTEST_ARGS); \
+		DATABASE_URL="$(DATABASE_URL)" $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); \
 	elif [ -n "$$PIKKU_REQUIRE_POSTGRES" ]; then \
 		echo "ERROR: PIKKU_REQUIRE_POSTGRES is set but PostgreSQL at $(DATABASE_URL) is unreachable" >&2; exit 1; \
 	else \
@@ -28,12 +30,12 @@ test: $(STAMP)
 		echo "## WARNING: PostgreSQL unreachable at $(DATABASE_URL)"; \
 		echo "## Running on SQLite: tests marked 'postgres' are SKIPPED."; \
 		echo "#################################################################"; \
-		env -u DATABASE_URL $(PY) -m pytest -m "not postgres" $(PYTEST_ARGS); \
+		env -u DATABASE_URL $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not postgres" $(PYTEST_ARGS); \
 	fi
 
 # The embedded default: every test that does not need PostgreSQL, on SQLite (CI runs it too).
 test-sqlite: $(STAMP)
-	env -u DATABASE_URL $(PY) -m pytest -m "not postgres" $(PYTEST_ARGS)
+	env -u DATABASE_URL $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not postgres" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
