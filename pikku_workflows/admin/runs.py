@@ -25,6 +25,7 @@ from ..engine.operations.reads import waiting_on
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
+from ..step_keys import ENGINE_KEY_MARK
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
 from .display import (
@@ -232,8 +233,8 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         # (which drop unused non-aggregate annotations) never touch the steps table.
         succeeded = (
             WorkflowStep.objects.filter(run=OuterRef("pk"), status=StepStatus.SUCCEEDED)
-            # Engine-made keys (`<key>:onError` handlers, `__suspend:<reason>`) are not progress.
-            .exclude(step_key__contains=":")
+            # The engine's own keys (handlers, suspends, patch markers) are not progress.
+            .exclude(step_key__contains=ENGINE_KEY_MARK)
             .order_by()
             .values("run")
             .annotate(count=Count("pk"))

@@ -30,6 +30,7 @@ from ...registry import parse_timeout, registry, validate_step_key
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
+from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from ..store.step_transitions import move_step
 from . import children, queued
@@ -45,8 +46,6 @@ from .attempts import (
 )
 from .replay_pass import ReplayPass, lease_lapsed, observe_timer, seconds_until_due
 from .suspension import suspend_in_pass
-
-SUSPEND_PREFIX = "__suspend:"
 
 
 @dataclass(frozen=True)
@@ -343,7 +342,7 @@ def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
     definition = registry.step_functions.get(call.on_error)
     error = step.error or {}
     return StepCall(
-        key=f"{call.key}:onError",
+        key=handler_key(call.key),
         from_key=call.key,
         kind=StepKind.FUNCTION,
         function_name=call.on_error,
@@ -425,7 +424,7 @@ def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:
     """The key a `wf.suspend` reach records its step under, and the key reached before it."""
     limit = KEY_MAX_LENGTH - len(SUSPEND_PREFIX)
     checked_text(reason, "A suspend reason", max_length=limit)
-    return rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
+    return rp.allocate_key(suspend_step_key(reason))
 
 
 def run_suspend(rp: ReplayPass, reason: str) -> None:
