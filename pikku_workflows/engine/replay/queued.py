@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from django.db import DatabaseError
 
 from ...conf import pikku_settings
+from ...control_flow import PassAbandoned, RunParked
 from ...dispatch import (
     current_worker_message,
     enqueue_step,
@@ -29,13 +30,7 @@ from ...dispatch import (
     step_cluster,
     step_message,
 )
-from ...exceptions import (
-    InvalidTransition,
-    PassAbandoned,
-    RunParked,
-    StepSuperseded,
-    WorkflowDispatchException,
-)
+from ...exceptions import InvalidTransition, StepSuperseded, WorkflowDispatchException
 from ...models import WorkflowStep
 from ...registry import StepFunctionDefinition
 from ...status import StepStatus

@@ -14,13 +14,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...conf import pikku_settings
+from ...control_flow import ReplayDiverged, RunParked
 from ...durations import parse_duration
 from ...exceptions import (
     InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
-    ReplayDiverged,
-    RunParked,
     StepFailed,
     StepFunctionNotDeployed,
     WorkflowSuspended,
