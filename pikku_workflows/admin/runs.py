@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from ..engine.operations.reads import waiting_on
+from ..exceptions import WorkflowCancelled, WorkflowSuspended
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
@@ -105,7 +106,7 @@ RUN_ENGINE_FIELDS = (
 # A failed run's error in the list, cut to this many characters (the whole of it as a tooltip).
 LIST_ERROR_CHARS = 80
 # Codes of the reasons an operator or the body gave, shown without a code.
-OPERATOR_CODES = ("WORKFLOW_SUSPENDED", "WORKFLOW_CANCELLED")
+OPERATOR_CODES = (WorkflowSuspended.code, WorkflowCancelled.code)
 
 
 def unfinished_steps() -> QuerySet[WorkflowStep]:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..exceptions import InvalidInput
 from ..step_keys import handler_key, instance_order, item_key, ordinal_key, parse_instance_key
 from .definition import GraphDefinition
 from .inputs import Scope, lookup, resolve, resolve_node_input
@@ -17,7 +18,7 @@ from .snapshot import NodeState, Snapshot
 
 GRAPH_NODE_FAILED = "GRAPH_NODE_FAILED"
 GRAPH_MAX_VISITS = "GRAPH_MAX_VISITS"
-INVALID_INPUT = "INVALID_INPUT"
+INVALID_INPUT = InvalidInput.code
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 import pikku_workflows as pw
@@ -96,3 +99,21 @@ def test_invalid_input__a_plain_one_lists_its_message_as_its_problem():
     assert pw.InvalidInput().problems == ["The input is not valid."]
     assert pw.InvalidInput(problems=["x", "y"]).problems == ["x", "y"]
     assert str(pw.InvalidInput(problems=["x", "y"])) == "The input is not valid:\n- x\n- y"
+
+
+def test_error_codes__are_spelled_only_where_they_are_defined():
+    # Package code compares and records `SomeError.code`, so renaming a code is one edit.
+    package = Path(pw.__file__).parent
+    codes = {
+        cls.code
+        for cls in vars(exceptions).values()
+        if isinstance(cls, type) and issubclass(cls, pw.WorkflowError)
+    }
+    spelled = [
+        (str(path.relative_to(package)), node.value)
+        for path in package.rglob("*.py")
+        if "migrations" not in path.parts and path.name != "exceptions.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in codes
+    ]
+    assert spelled == []

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from ...control_flow import ControlFlowSignal, ReplayDiverged
-from ...exceptions import StepFailed, VersionNotFound
+from ...exceptions import NonDeterministicReplay, StepFailed, VersionNotFound, WorkflowNotDeployed
 from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
 from ...serialization import round_trip
@@ -45,9 +45,9 @@ REPLAYABLE_STATUSES = (RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.FAILED)
 DEFAULT_LIMIT = 100
 
 OK = "OK"
-NON_DETERMINISTIC = "NON_DETERMINISTIC"
+NON_DETERMINISTIC = NonDeterministicReplay.code
 BODY_ERROR = "BODY_ERROR"
-NOT_REGISTERED = "WORKFLOW_NOT_FOUND"
+NOT_REGISTERED = WorkflowNotDeployed.code
 VERSION_NOT_FOUND = VersionNotFound.code
 
 
