@@ -1,5 +1,5 @@
-"""Errors raised by pikku_workflows, each with a stable `code`, plus the control-flow signals
-that stop a workflow body (those subclass BaseException so `except Exception:` can't swallow them)."""
+"""The errors pikku_workflows raises and records, each a `WorkflowError` with a stable `code`.
+The control-flow signals that stop a workflow body are not errors: they live in `control_flow`."""
 
 from __future__ import annotations
 
@@ -259,7 +259,8 @@ class StepSuperseded(WorkflowError):
 
 
 class StepTimedOut(WorkflowError):
-    """A step attempt ran past its timeout and was stopped."""
+    """A step attempt ran past its timeout and was stopped (the error its attempt records; the
+    alarm that stops it is `control_flow.TimeLimitAlarm`)."""
 
     code = "TIMEOUT"
 
@@ -301,11 +302,18 @@ class ChildRunCancelled(ChildRunFailed):
 class WorkflowSuspended(WorkflowError):
     """The run was suspended (by its body or an operator) until someone resumes it."""
 
+    # Never raised: the reason recorded on a suspended run (its `type` is stored with the run,
+    # so the name stays). A caller waiting on the run gets RunSuspended; a body that suspends
+    # stops with control_flow.SuspendRequested.
+
     code = "WORKFLOW_SUSPENDED"
 
 
 class WorkflowCancelled(WorkflowError):
     """The run was cancelled by an operator."""
+
+    # Never raised: the reason recorded on a cancelled run; a caller waiting on it gets
+    # RunCancelled.
 
     code = "WORKFLOW_CANCELLED"
 
@@ -366,49 +374,3 @@ class GraphRunFailed(WorkflowError):
         self.code = failure["code"]
         self.step_key = failure.get("step_key")
         super().__init__(failure["message"])
-
-
-class WorkflowSignal(BaseException):
-    """Stops user code (a workflow body, a step attempt); the engine decides what happens next."""
-
-
-class RunParked(WorkflowSignal):
-    """The body waits for something outside this pass (a queued step, a timer, a child run)."""
-
-
-class RunSuspendedSignal(WorkflowSignal):
-    """The body suspended the run (`wf.suspend`, a missing step function)."""
-
-    def __init__(self, reason: str, code: str = WorkflowSuspended.code) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
-
-
-class PassAbandoned(WorkflowSignal):
-    """One of the engine's own statements failed mid-body (the queue refused a message, a lock
-    or statement timeout, a deadlock): the pass ends without judging the run, and the queue or
-    recovery runs it again. `error` is what failed."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class ReplayDiverged(WorkflowSignal):
-    """Replay asked for another step than the one recorded at a key (`error`, a
-    NonDeterministicReplay): a BaseException, so the body's `except Exception:` cannot carry on
-    past it; the engine fails or suspends the run (ON_NON_DETERMINISM)."""
-
-    def __init__(self, error: NonDeterministicReplay) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class RunInterrupted(WorkflowSignal):
-    """The run stopped being this pass's to drive (cancelled, suspended, or its lease lost)."""
-
-
-class AttemptTimedOut(WorkflowSignal):
-    """Raised into a step function when its attempt's timeout passes (a BaseException, so the
-    step's own `except Exception:` cannot keep the attempt alive)."""

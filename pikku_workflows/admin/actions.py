@@ -28,7 +28,8 @@ import pikku_workflows as pw
 from ..engine.operations.control import OPERATION_RULES, Rule, split_for_fork
 from ..models import WorkflowRun
 from ..status import StepStatus
-from .display import is_engine_key, run_change_url, run_link, short_id, status_badge
+from ..step_keys import is_engine_key
+from .display import run_change_url, run_link, short_id, status_badge
 
 CONFIRMATION_TEMPLATE = "admin/pikku_workflows/workflowrun/confirm_operation.html"
 # Runs named one by one in a message; the rest are counted.

@@ -17,8 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..engine.operations.control import COMPENSATION_SUFFIX
-from ..engine.replay.steps import SUSPEND_PREFIX
+from ..step_keys import handled_step_key, suspend_reason
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 ADMIN_JS = "pikku_workflows/admin.js"
@@ -188,26 +187,22 @@ def describe_waiting(
     )
 
 
-def is_engine_key(step_key: str) -> bool:
-    """A step the engine made itself (an `on_error` handler, a `wf.suspend`), not one the body
-    named: no fork starts from it."""
-    return step_key.startswith(SUSPEND_PREFIX) or step_key.endswith(COMPENSATION_SUFFIX)
-
-
 def describe_step_key(step_key: str) -> SafeString:
     """A step key as what it is: the body's own key, or the engine's (`charge:onError` is the
     on_error handler of `charge`; `__suspend:<reason>` is a `wf.suspend(reason)`)."""
-    if step_key.startswith(SUSPEND_PREFIX):
+    reason = suspend_reason(step_key)
+    if reason is not None:
         return format_html(
             '<span class="pikku-engine-key" title="{}">wf.suspend</span> <q>{}</q>',
             step_key,
-            step_key.removeprefix(SUSPEND_PREFIX),
+            reason,
         )
-    if step_key.endswith(COMPENSATION_SUFFIX):
+    handled = handled_step_key(step_key)
+    if handled is not None:
         return format_html(
             '<span class="pikku-engine-key" title="{}">on_error of</span> '
             '<code class="pikku-step-key">{}</code>',
             step_key,
-            step_key.removesuffix(COMPENSATION_SUFFIX),
+            handled,
         )
     return format_html('<code class="pikku-step-key">{}</code>', step_key)

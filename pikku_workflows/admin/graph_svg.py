@@ -12,8 +12,8 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from ..graph import GraphDefinition
-from ..graph.keys import handled_key, instance_order, parse_instance_key
 from ..status import StepStatus
+from ..step_keys import handled_key, instance_order, names_an_item, parse_instance_key
 
 NODE_WIDTH = 168
 NODE_HEIGHT = 50
@@ -64,7 +64,7 @@ def node_activity(
             continue
         node = activity.setdefault(node_id, NodeActivity())
         node.instances.append((key, status))
-        node.items = node.items or "[" in key
+        node.items = node.items or names_an_item(key)
         if status == StepStatus.SUCCEEDED:
             node.succeeded += 1
             if branch is not None:

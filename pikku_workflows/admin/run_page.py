@@ -14,11 +14,11 @@ from django.utils.html import format_html
 
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import RunStatus, StepKind, StepStatus
+from ..step_keys import is_engine_key
 from .display import (
     EMPTY,
     describe_step_key,
     format_duration,
-    is_engine_key,
     pretty_error,
     pretty_json,
     run_link,

@@ -22,9 +22,11 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from ..engine.operations.reads import waiting_on
+from ..exceptions import WorkflowCancelled, WorkflowSuspended
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
+from ..step_keys import ENGINE_KEY_MARK
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
 from .display import (
@@ -104,7 +106,7 @@ RUN_ENGINE_FIELDS = (
 # A failed run's error in the list, cut to this many characters (the whole of it as a tooltip).
 LIST_ERROR_CHARS = 80
 # Codes of the reasons an operator or the body gave, shown without a code.
-OPERATOR_CODES = ("WORKFLOW_SUSPENDED", "WORKFLOW_CANCELLED")
+OPERATOR_CODES = (WorkflowSuspended.code, WorkflowCancelled.code)
 
 
 def unfinished_steps() -> QuerySet[WorkflowStep]:
@@ -232,8 +234,8 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         # (which drop unused non-aggregate annotations) never touch the steps table.
         succeeded = (
             WorkflowStep.objects.filter(run=OuterRef("pk"), status=StepStatus.SUCCEEDED)
-            # Engine-made keys (`<key>:onError` handlers, `__suspend:<reason>`) are not progress.
-            .exclude(step_key__contains=":")
+            # The engine's own keys (handlers, suspends, patch markers) are not progress.
+            .exclude(step_key__contains=ENGINE_KEY_MARK)
             .order_by()
             .values("run")
             .annotate(count=Count("pk"))

@@ -103,7 +103,7 @@ class StartRunAdmin(admin.ModelAdmin):
                     subject=subject,
                 )
             except pw.WorkflowError as exc:
-                form.add_error("input" if exc.code == "INVALID_INPUT" else None, str(exc))
+                form.add_error("input" if exc.code == pw.InvalidInput.code else None, str(exc))
             else:
                 message = format_html(
                     "Started run {} of {}: it is queued for a worker.",

@@ -8,16 +8,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..exceptions import InvalidInput
+from ..step_keys import handler_key, instance_order, item_key, ordinal_key, parse_instance_key
 from .definition import GraphDefinition
 from .inputs import Scope, lookup, resolve, resolve_node_input
-from .keys import handler_key, instance_order, item_key, parse_instance_key, visit_key
 from .nodes import SEQUENTIAL, GraphNode
 from .references import Reference
 from .snapshot import NodeState, Snapshot
 
 GRAPH_NODE_FAILED = "GRAPH_NODE_FAILED"
 GRAPH_MAX_VISITS = "GRAPH_MAX_VISITS"
-INVALID_INPUT = "INVALID_INPUT"
+INVALID_INPUT = InvalidInput.code
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class _Walk:
             self.failures.append(_failure(GRAPH_MAX_VISITS, message, visit.from_key or node.id))
             return None
         self.new_visits[node.id] = allocated + 1
-        return visit_key(node.id, self.snapshot.next_visit(node.id) + allocated)
+        return ordinal_key(node.id, self.snapshot.next_visit(node.id) + allocated)
 
     def _follow(self, node: GraphNode, key: str, result: Any, branch: str | None) -> None:
         """Fire the edges of a succeeded instance."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..status import StepStatus
-from .keys import handled_key, instance_order, parse_instance_key
+from ..step_keys import handled_key, instance_order, parse_instance_key
 
 IN_FLIGHT_STATUSES = frozenset(
     {StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.WAITING}

@@ -9,11 +9,11 @@ from django_q.models import OrmQ
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
+from pikku_workflows.control_flow import RunInterrupted
 from pikku_workflows.dispatch import step_message
 from pikku_workflows.engine.replay import queued
 from pikku_workflows.engine.store.leases import acquire_run_lease, request_rerun
 from pikku_workflows.engine.store.step_transitions import create_dispatched_step
-from pikku_workflows.exceptions import RunInterrupted
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
@@ -115,10 +117,40 @@ def test_run_to_completion__run_parked_on_a_long_sleep_raises_run_timeout():
         return "woke"
 
     with pytest.raises(pw.RunTimeout) as caught:
-        pw.run_to_completion("start.sleeps_long", {}, timeout=0.2)
+        pw.run_to_completion("start.sleeps_long", {}, timeout="200ms")
 
     assert caught.value.code == "RUN_TIMEOUT"
     assert load_run(caught.value.run_id).status == RunStatus.RUNNING
+
+
+@transactional
+@pytest.mark.parametrize("timeout", ["2m", "30s", timedelta(seconds=30)])
+def test_run_to_completion__timeout_is_a_duration(timeout):
+    @pw.workflow("start.quick")
+    def quick(wf, input):
+        return "done"
+
+    assert pw.run_to_completion("start.quick", {}, timeout=timeout) == "done"
+
+
+@transactional
+def test_run_to_completion__a_bare_number_is_seconds_and_deprecated():
+    @pw.workflow("start.quick_number")
+    def quick(wf, input):
+        return "done"
+
+    with pytest.warns(DeprecationWarning, match='"30s"'):
+        assert pw.run_to_completion("start.quick_number", {}, timeout=30) == "done"
+
+
+@transactional
+def test_run_to_completion__a_number_of_seconds_still_times_out():
+    @pw.workflow("start.sleeps_long_number")
+    def sleeps_long(wf, input):
+        wf.sleep("nap", "1h")
+
+    with pytest.warns(DeprecationWarning), pytest.raises(pw.RunTimeout):
+        pw.run_to_completion("start.sleeps_long_number", {}, timeout=0.2)
 
 
 @transactional

@@ -7,9 +7,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from pikku_workflows.control_flow import RunInterrupted
 from pikku_workflows.engine.store.claims import lock_running_run_txn
 from pikku_workflows.engine.store.run_transitions import move_run
-from pikku_workflows.exceptions import InvalidTransition, RunInterrupted
+from pikku_workflows.exceptions import InvalidTransition
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import RunStatus
 from tests.factories import WorkflowRunFactory

@@ -32,6 +32,7 @@ from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from ...querysets import DatabaseNow
 from ...serialization import describe_error
 from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from ...step_keys import HANDLER_SUFFIX
 from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from ..replay import children
 from ..store.approval_transitions import cancel_pending_approvals_txn
@@ -47,8 +48,6 @@ logger = logging.getLogger(__name__)
 # A run that keeps changing between our read and our guarded write is refused after this many
 # tries rather than chased forever.
 OPERATION_TRIES = 3
-
-COMPENSATION_SUFFIX = ":onError"
 
 
 @dataclass(frozen=True)
@@ -327,7 +326,7 @@ def _exhausted_steps(pk: uuid.UUID) -> list[WorkflowStep]:
         WorkflowStep.objects.filter(
             run_id=pk, status=StepStatus.FAILED, attempt__gte=F("attempt_limit")
         )
-        .exclude(step_key__endswith=COMPENSATION_SUFFIX)
+        .exclude(step_key__endswith=HANDLER_SUFFIX)
         .order_by("created_at", "step_key")
     )
 

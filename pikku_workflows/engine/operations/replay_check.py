@@ -18,12 +18,8 @@ from typing import Any
 
 from django.db import transaction
 
-from ...exceptions import (
-    ReplayDiverged,
-    StepFailed,
-    VersionNotFound,
-    WorkflowSignal,
-)
+from ...control_flow import ControlFlowSignal, ReplayDiverged
+from ...exceptions import NonDeterministicReplay, StepFailed, VersionNotFound, WorkflowNotDeployed
 from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
 from ...serialization import round_trip
@@ -49,9 +45,9 @@ REPLAYABLE_STATUSES = (RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.FAILED)
 DEFAULT_LIMIT = 100
 
 OK = "OK"
-NON_DETERMINISTIC = "NON_DETERMINISTIC"
+NON_DETERMINISTIC = NonDeterministicReplay.code
 BODY_ERROR = "BODY_ERROR"
-NOT_REGISTERED = "WORKFLOW_NOT_FOUND"
+NOT_REGISTERED = WorkflowNotDeployed.code
 VERSION_NOT_FOUND = VersionNotFound.code
 
 
@@ -70,7 +66,7 @@ class ReplayVerdict:
     message: str = ""
 
 
-class _Frontier(WorkflowSignal):
+class _Frontier(ControlFlowSignal):
     """The body reached a step the history does not hold (or holds unfinished): it agrees with
     the history as far as the history goes."""
 
@@ -119,7 +115,7 @@ def _replay_history(
         except ReplayDiverged as diverged:
             error = diverged.error
             return verdict(NON_DETERMINISTIC, error.step_key, error.message)
-        except (WorkflowSignal, StepFailed):
+        except (ControlFlowSignal, StepFailed):
             pass  # the history's frontier, a wait, or a step failure the run recorded anyway
         except Exception as exc:
             return verdict(BODY_ERROR, rp.last_key, f"{type(exc).__name__}: {exc}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from django.db import Error as DatabaseError
 from django.db import IntegrityError, models, transaction
 
 from ...dispatch import enqueue_orchestration
+from ...durations import parse_duration
 from ...exceptions import (
     IdempotencyConflict,
     InvalidInput,
@@ -178,10 +180,11 @@ def _begin(run: WorkflowRun, holder: str | None) -> None:
 
 
 def run_to_completion(
-    name: str, input: Any = None, *, timeout: float | timedelta | None = None
+    name: str, input: Any = None, *, timeout: str | timedelta | float | None = None
 ) -> Any:
     """Start the run inline and wait until it ends: its output, or RunFailed/RunCancelled/
-    RunSuspended; RunTimeout when `timeout` seconds pass first.
+    RunSuspended; RunTimeout when `timeout` ("30s", "2m", a timedelta) passes first. A bare
+    number is seconds, deprecated: every other duration takes an int as milliseconds.
 
     Inside an open transaction a run that parks could never finish (workers cannot see it
     before the commit): it is refused with InvalidInput, and nothing of it is kept.
@@ -209,12 +212,23 @@ class _ParkedInTransaction(Exception):
 
 
 def _timeout_seconds(timeout: Any) -> float | None:
-    if isinstance(timeout, timedelta):
-        timeout = timeout.total_seconds()
+    """The timeout in seconds, from the duration vocabulary ("30s", a timedelta), or a bare
+    number of seconds: what `run_to_completion` took before it spoke durations, kept working."""
     if timeout is None:
         return None
+    if isinstance(timeout, str | timedelta):
+        try:
+            return parse_duration(timeout, what="timeout") / 1000
+        except InvalidInput as exc:
+            raise InvalidInput(f"timeout: {exc.message}") from exc
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-        raise InvalidInput(f"timeout is seconds (a number ≥ 0) or a timedelta, not {timeout!r}.")
+        raise InvalidInput(f'timeout is a duration ("30s", "2m", a timedelta), not {timeout!r}.')
+    # An int means milliseconds everywhere else, so a bare number here reads as a slip.
+    warnings.warn(
+        f'run_to_completion(timeout={timeout!r}) is seconds; pass a duration such as "{timeout}s".',
+        DeprecationWarning,
+        stacklevel=3,
+    )
     return float(timeout)
 
 

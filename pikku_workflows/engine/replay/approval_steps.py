@@ -11,7 +11,8 @@ from django.db import transaction
 
 from ...approvals.forms import form_path
 from ...approvals.policy import ApprovalOutcome, ApprovalRequest, approval_id_for, checked_request
-from ...exceptions import ApprovalExpired, NonDeterministicReplay, RunParked
+from ...control_flow import RunParked
+from ...exceptions import ApprovalExpired, NonDeterministicReplay
 from ...models import WorkflowStep
 from ...registry import validate_step_key
 from ...status import StepKind, StepStatus

@@ -18,10 +18,9 @@ from typing import Any
 from django.db import DataError, transaction
 from django.utils import timezone
 
+from ...control_flow import RunInterrupted, TimeLimitAlarm
 from ...exceptions import (
-    AttemptTimedOut,
     InvalidInput,
-    RunInterrupted,
     StepLeaseExpired,
     StepResultNotSerializable,
     StepSuperseded,
@@ -183,7 +182,7 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     try:
         with time_limit(step.timeout_ms):
             value = func(*args)
-    except AttemptTimedOut:
+    except TimeLimitAlarm:
         error = StepTimedOut(step.step_key, step.timeout_ms or 0)
         return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
     except Exception as exc:
@@ -204,7 +203,7 @@ def timeout_enforceable() -> bool:
 
 @contextlib.contextmanager
 def time_limit(milliseconds: int | None) -> Iterator[None]:
-    """Raise AttemptTimedOut into the block once `milliseconds` pass (main thread only).
+    """Raise TimeLimitAlarm into the block once `milliseconds` pass (main thread only).
 
     Nested inside an alarm already armed (django-q2's own task timeout, a test runner's): the
     earlier of the two fires first; the outer alarm is re-armed for what it had left after.
@@ -219,7 +218,7 @@ def time_limit(milliseconds: int | None) -> Iterator[None]:
 
     def on_alarm(signum: int, frame: Any) -> None:
         if time.monotonic() >= deadline - 0.005:
-            raise AttemptTimedOut
+            raise TimeLimitAlarm
         # The outer alarm is due first: let it act, then wait on for ours.
         if callable(outer_handler):
             outer_handler(signum, frame)

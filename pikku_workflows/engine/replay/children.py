@@ -12,14 +12,9 @@ from typing import Any
 
 from django.db import transaction
 
+from ...control_flow import RunParked
 from ...dispatch import enqueue_orchestration, prompt_orchestration
-from ...exceptions import (
-    ChildRunCancelled,
-    ChildRunFailed,
-    InvalidTransition,
-    RunParked,
-    StepSuperseded,
-)
+from ...exceptions import ChildRunCancelled, ChildRunFailed, InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep
 from ...querysets import database_in
 from ...retry import RetryPolicy

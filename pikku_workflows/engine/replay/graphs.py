@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...conf import pikku_settings
-from ...exceptions import ApprovalExpired, GraphRunFailed, RunParked, StepFailed
+from ...control_flow import RunParked
+from ...exceptions import ApprovalExpired, GraphRunFailed, StepFailed
 from ...graph import Fire, GraphDefinition, NodeState, plan
 from ...models import WorkflowStep
 from ...retry import RetryPolicy

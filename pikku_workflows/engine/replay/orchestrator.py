@@ -15,16 +15,18 @@ from typing import Any
 from django.db import Error as DatabaseError
 
 from ... import events
+from ...control_flow import (
+    PassAbandoned,
+    ReplayDiverged,
+    RunInterrupted,
+    RunParked,
+    SuspendRequested,
+)
 from ...exceptions import (
     GraphRunFailed,
     InvalidTransition,
     NonDeterministicReplay,
     OutputNotSerializable,
-    PassAbandoned,
-    ReplayDiverged,
-    RunInterrupted,
-    RunParked,
-    RunSuspendedSignal,
     StepFailed,
     VersionNotFound,
     WorkflowNotDeployed,
@@ -154,7 +156,7 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
     the body's own exceptions fail the run: PassAbandoned passes through."""
     try:
         output = body(Workflow(rp), rp.input)
-    except (RunParked, RunSuspendedSignal, RunInterrupted):
+    except (RunParked, SuspendRequested, RunInterrupted):
         _recorded(rp)
         return False
     except PassAbandoned:

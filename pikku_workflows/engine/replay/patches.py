@@ -11,17 +11,15 @@ the patch on code without it: False, and nothing is recorded.
 from __future__ import annotations
 
 from ...status import StepKind, StepStatus
+from ...step_keys import PATCH_PREFIX, handled_step_key, is_patch_marker_key, patch_marker_key
 from ...validation import KEY_MAX_LENGTH, checked_text
 from .attempts import create_next_step
 from .replay_pass import ReplayPass
 
-PATCH_PREFIX = "__patch:"
-HANDLER_SUFFIX = ":onError"
-
 
 def patch_key(patch_id: str) -> str:
     checked_text(patch_id, "A patch id", max_length=KEY_MAX_LENGTH - len(PATCH_PREFIX))
-    return f"{PATCH_PREFIX}{patch_id}"
+    return patch_marker_key(patch_id)
 
 
 def run_patched(rp: ReplayPass, patch_id: str, *, record: bool = True) -> bool:
@@ -47,9 +45,9 @@ def history_ahead(rp: ReplayPass) -> bool:
     older code did past this point. Patch markers are not steps of the body (code that dropped
     a patch leaves its markers behind), and an `on_error` handler belongs to its step."""
     for key in rp.steps:
-        if key in rp.reached or key.startswith(PATCH_PREFIX):
+        if key in rp.reached or is_patch_marker_key(key):
             continue
-        if key.endswith(HANDLER_SUFFIX) and key[: -len(HANDLER_SUFFIX)] in rp.reached:
+        if handled_step_key(key) in rp.reached:
             continue
         return True
     return False

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from django.db import DatabaseError
 
 from ...conf import pikku_settings
+from ...control_flow import PassAbandoned, RunParked
 from ...dispatch import (
     current_worker_message,
     enqueue_step,
@@ -29,15 +30,9 @@ from ...dispatch import (
     step_cluster,
     step_message,
 )
-from ...exceptions import (
-    InvalidTransition,
-    PassAbandoned,
-    RunParked,
-    StepSuperseded,
-    WorkflowDispatchException,
-)
+from ...exceptions import InvalidTransition, StepSuperseded, WorkflowDispatchException
 from ...models import WorkflowStep
-from ...registry import StepFunctionDefinition, registry
+from ...registry import StepFunctionDefinition
 from ...status import StepStatus
 from ..store.step_transitions import create_dispatched_step, create_step_in_run, move_step
 from ..store.transitions import on_postgresql
@@ -119,7 +114,9 @@ def runs_in_place(definition: StepFunctionDefinition, timeout_ms: int | None) ->
     return True
 
 
-def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> NoReturn:
+def dispatch_new_step(
+    rp: ReplayPass, step_key: str, definition: StepFunctionDefinition, fields: dict[str, Any]
+) -> NoReturn:
     """Create a queued step and dispatch it, then park the run.
 
     When django-q2's queue is a table of this PostgreSQL database, the step, its message and the
@@ -128,8 +125,7 @@ def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> 
     """
     record_kept(rp)
     if not (on_postgresql() and queue_in_engine_database()):
-        dispatch_step(rp, _create_pending(rp, step_key, fields))
-    definition = registry.get_step_function(fields["function_name"])
+        dispatch_step(rp, _create_pending(rp, step_key, fields), definition)
     try:
         message = step_message(rp.run.pk, step_key, definition.queue)
         step, rp.lease_released = create_dispatched_step(
@@ -145,10 +141,12 @@ def dispatch_new_step(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> 
     raise RunParked(step_key)
 
 
-def dispatch_step(rp: ReplayPass, step: WorkflowStep) -> NoReturn:
-    """Enqueue the step for a worker, then mark it scheduled; the run waits for it."""
+def dispatch_step(
+    rp: ReplayPass, step: WorkflowStep, definition: StepFunctionDefinition
+) -> NoReturn:
+    """Enqueue the step for a worker (`definition`: its step function, which names its queue),
+    then mark it scheduled; the run waits for it."""
     record_kept(rp)
-    definition = registry.get_step_function(step.function_name or "")
     try:
         enqueue_step(rp.run.pk, step.step_key, definition.queue)
     except WorkflowDispatchException as exc:

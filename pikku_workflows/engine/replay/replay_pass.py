@@ -16,6 +16,7 @@ from typing import Any
 from ...exceptions import InvalidInput
 from ...models import WorkflowRun, WorkflowStep
 from ...serialization import round_trip
+from ...step_keys import ordinal_key
 from ...validation import KEY_MAX_LENGTH
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import UnrecordedSuccess
@@ -109,7 +110,7 @@ class ReplayPass:
         """The physical key of this reach of `logical` and the key reached before it."""
         seen = self.ordinals[logical]
         self.ordinals[logical] += 1
-        key = logical if seen == 0 else f"{logical}#{seen}"
+        key = ordinal_key(logical, seen)
         if len(key) > KEY_MAX_LENGTH:
             raise InvalidInput(f"Step key {key!r} is longer than {KEY_MAX_LENGTH} characters.")
         previous, self.last_key = self.last_key, key

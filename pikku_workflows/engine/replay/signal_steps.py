@@ -9,8 +9,9 @@ from typing import Any
 
 from django.db import transaction
 
+from ...control_flow import RunParked
 from ...durations import parse_duration
-from ...exceptions import NonDeterministicReplay, RunParked, SignalTimeout
+from ...exceptions import NonDeterministicReplay, SignalTimeout
 from ...models import WorkflowStep
 from ...registry import validate_step_key
 from ...status import StepKind, StepStatus

@@ -14,22 +14,22 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...conf import pikku_settings
+from ...control_flow import ReplayDiverged, RunParked
 from ...durations import parse_duration
 from ...exceptions import (
     InvalidInput,
     InvalidTransition,
     NonDeterministicReplay,
-    ReplayDiverged,
-    RunParked,
     StepFailed,
     StepFunctionNotDeployed,
     WorkflowSuspended,
 )
 from ...models import WorkflowStep
-from ...registry import parse_timeout, registry, validate_step_key
+from ...registry import StepFunctionDefinition, parse_timeout, registry, validate_step_key
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
+from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from ..store.step_transitions import move_step
 from . import children, queued
@@ -46,8 +46,6 @@ from .attempts import (
 from .replay_pass import ReplayPass, lease_lapsed, observe_timer, seconds_until_due
 from .suspension import suspend_in_pass
 
-SUSPEND_PREFIX = "__suspend:"
-
 
 @dataclass(frozen=True)
 class StepOptions:
@@ -59,7 +57,9 @@ class StepOptions:
 
 @dataclass(frozen=True)
 class StepCall:
-    """One reach of a step in the body, resolved against the registry."""
+    """One reach of a step in the body, resolved against the registry once: `definition` is
+    the step function registered here under `function_name` (None: a callable, a child run, or
+    a name this process lacks), so nothing later in the pass looks it up again."""
 
     key: str
     from_key: str | None
@@ -70,6 +70,7 @@ class StepCall:
     on_error: str | None = None
     timeout_ms: int | None = None
     func: Callable[..., Any] | None = None
+    definition: StepFunctionDefinition | None = None
 
 
 def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
@@ -94,14 +95,15 @@ def named_call(
 ) -> StepCall:
     """The call of a step function or workflow by name (a graph node instance), resolved
     against this process's registry; `data` already storable."""
-    kind, name, func, timeout_ms = _resolve_target(key, function_name, None)
-    return StepCall(key, from_key, kind, name, data, policy, None, timeout_ms, func)
+    kind, name, func, definition = _resolve_target(key, function_name, None)
+    timeout_ms = definition.timeout_ms if definition else None
+    return StepCall(key, from_key, kind, name, data, policy, None, timeout_ms, func, definition)
 
 
 def leaves_the_pass(rp: ReplayPass, call: StepCall) -> bool:
     """Whether the call's attempts leave the pass's own code path: a queued step function, run
     in place or through the queue (decided without spending an in-place budget)."""
-    if not _queued_function(call.kind, call.function_name):
+    if not _queued(call.definition):
         return False
     if rp.inline_caller:
         return call.timeout_ms is not None and not timeout_enforceable()
@@ -112,7 +114,8 @@ def queue_new_step(rp: ReplayPass, call: StepCall) -> NoReturn:
     """Record the call's step pending and hand it to the queue, never in place, then park: the
     steps of a fan-out run in parallel on workers, and the pass keeps its run lease for the next
     (the single-statement dispatch of `drive_call` hands it back)."""
-    queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING))
+    assert call.definition is not None  # a queued step function: `leaves_the_pass` said so
+    queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING), call.definition)
 
 
 def adoptable(step: WorkflowStep, call: StepCall) -> bool:
@@ -145,24 +148,25 @@ def resolve_call(
         options.retries, options.retry_delay, pikku_settings.DEFAULT_STEP_RETRIES
     )
     timeout_ms = parse_timeout(options.timeout) if options.timeout is not None else None
-    kind, name, func, registered_timeout = _resolve_target(key, target, data)
-    if options.timeout is not None and not _queued_function(kind, name):
+    kind, name, func, definition = _resolve_target(key, target, data)
+    if options.timeout is not None and not _queued(definition):
         raise InvalidInput(f"Step {key!r}: timeout is enforced only for queued step functions.")
     try:
         data = round_trip(data)
     except NotStorableJson as exc:
         raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
     physical, from_key = rp.allocate_key(key)
-    timeout_ms = timeout_ms if timeout_ms is not None else registered_timeout
+    if timeout_ms is None and definition is not None:
+        timeout_ms = definition.timeout_ms
     return StepCall(
-        physical, from_key, kind, name, data, policy, options.on_error, timeout_ms, func
+        physical, from_key, kind, name, data, policy, options.on_error, timeout_ms, func, definition
     )
 
 
 def _resolve_target(
     key: str, target: Any, data: Any
-) -> tuple[str, str, Callable[..., Any] | None, int | None]:
-    """(kind, name, the function to call here or None, its registered timeout)."""
+) -> tuple[str, str, Callable[..., Any] | None, StepFunctionDefinition | None]:
+    """(kind, name, the function to call here or None, its registered step function or None)."""
     if callable(target):
         if data is not None:
             raise InvalidInput(f"Step {key!r}: a callable step takes no data; close over it.")
@@ -175,7 +179,7 @@ def _resolve_target(
     definition = registry.step_functions.get(target)
     if definition is None:
         return StepKind.FUNCTION, target, None, None
-    return StepKind.FUNCTION, target, definition.func, definition.timeout_ms
+    return StepKind.FUNCTION, target, definition.func, definition
 
 
 def _callable_name(func: Callable[..., Any]) -> str:
@@ -183,8 +187,7 @@ def _callable_name(func: Callable[..., Any]) -> str:
     return name[:NAME_MAX_LENGTH]  # only for display: callables are matched by kind
 
 
-def _queued_function(kind: str, name: str | None) -> bool:
-    definition = registry.step_functions.get(name or "") if kind == StepKind.FUNCTION else None
+def _queued(definition: StepFunctionDefinition | None) -> bool:
     return definition is not None and not definition.inline
 
 
@@ -198,8 +201,8 @@ def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None)
     if rp.inline_caller:
         return StepDispatch.QUEUED  # its timeout cannot be enforced in the caller
     first = step is None or step.status == StepStatus.PENDING
-    definition = registry.get_step_function(call.function_name or "")
-    if first and queued.runs_in_place(definition, call.timeout_ms):
+    assert call.definition is not None  # a queued step function: `leaves_the_pass` said so
+    if first and queued.runs_in_place(call.definition, call.timeout_ms):
         return StepDispatch.IN_PLACE
     return StepDispatch.QUEUED
 
@@ -249,7 +252,8 @@ def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
         return children.launch_next(rp, _create_step(rp, call, StepStatus.PENDING), call.policy)
     placement = _placement(rp, call)
     if placement == StepDispatch.QUEUED:
-        queued.dispatch_new_step(rp, call.key, _step_row_fields(call))
+        assert call.definition is not None  # only a queued step function is placed there
+        queued.dispatch_new_step(rp, call.key, call.definition, _step_row_fields(call))
     lease = pikku_settings.STEP_LEASE_SECONDS
     step = _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease, dispatch=placement)
     return _run_attempt(rp, call, step)
@@ -267,7 +271,8 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
     placement = _placement(rp, call, step)
     if placement == StepDispatch.QUEUED:
         # The worker's claim decides: the first attempt, a new one, or the lapse that ends it.
-        queued.dispatch_step(rp, step)
+        assert call.definition is not None  # only a queued step function is placed there
+        queued.dispatch_step(rp, step, call.definition)
     claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder, dispatch=placement)
     if claim.step is None or not (claim.claimed or claim.expired):
         raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
@@ -343,7 +348,7 @@ def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
     definition = registry.step_functions.get(call.on_error)
     error = step.error or {}
     return StepCall(
-        key=f"{call.key}:onError",
+        key=handler_key(call.key),
         from_key=call.key,
         kind=StepKind.FUNCTION,
         function_name=call.on_error,
@@ -355,6 +360,7 @@ def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
         },
         policy=RetryPolicy(0, None),
         func=definition.func if definition else None,
+        definition=definition,
     )
 
 
@@ -425,7 +431,7 @@ def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:
     """The key a `wf.suspend` reach records its step under, and the key reached before it."""
     limit = KEY_MAX_LENGTH - len(SUSPEND_PREFIX)
     checked_text(reason, "A suspend reason", max_length=limit)
-    return rp.allocate_key(f"{SUSPEND_PREFIX}{reason}")
+    return rp.allocate_key(suspend_step_key(reason))
 
 
 def run_suspend(rp: ReplayPass, reason: str) -> None:

@@ -6,7 +6,8 @@ from typing import Any, NoReturn
 
 from django.db import transaction
 
-from ...exceptions import RunSuspendedSignal, WorkflowError
+from ...control_flow import SuspendRequested
+from ...exceptions import WorkflowError
 from ...status import RunStatus, StepStatus
 from ..store.claims import lock_running_run_txn
 from ..store.run_transitions import move_run
@@ -41,4 +42,4 @@ def suspend_in_pass(
             lease_holder=rp.holder,
             error={"code": why.code, "message": why.message, "step_key": step_key},
         )
-    raise RunSuspendedSignal(why.message, why.code)
+    raise SuspendRequested(why.message, why.code)

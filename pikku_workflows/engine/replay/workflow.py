@@ -16,7 +16,8 @@ from typing import Any
 from django.db import Error as DatabaseError
 
 from ...approvals.policy import ApprovalOutcome
-from ...exceptions import PassAbandoned, WorkflowDispatchException
+from ...control_flow import PassAbandoned
+from ...exceptions import WorkflowDispatchException
 from .approval_steps import run_approval
 from .attempts import record_kept
 from .patches import run_patched

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from ...exceptions import RunInterrupted
+from ...control_flow import RunInterrupted
 from ...models import WorkflowApproval, WorkflowRun, WorkflowStep
 from ...querysets import DatabaseNow
 from ...sql import Statements

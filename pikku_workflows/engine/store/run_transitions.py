@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ...exceptions import InvalidTransition, RunInterrupted
+from ...control_flow import RunInterrupted
+from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
 from ...querysets import DatabaseNow
 from ...status import TERMINAL_RUN_STATUSES, RunStatus, run_sources

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from ... import events
 from ...conf import pikku_settings
+from ...control_flow import RunInterrupted
 from ...dispatch import QueueMessage, queue_fragments
-from ...exceptions import InvalidTransition, RunInterrupted, StepSuperseded
+from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ...querysets import DatabaseNow, database_in
 from ...sql import Statements

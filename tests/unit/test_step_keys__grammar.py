@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from pikku_workflows.graph.keys import (
+from pikku_workflows.step_keys import (
     InstanceKey,
     handled_key,
     handler_key,
     instance_order,
     item_key,
+    ordinal_key,
     parse_instance_key,
-    visit_key,
 )
 
 
@@ -34,8 +34,8 @@ def test_parse_instance_key__other_keys_are_none(key):
 
 
 def test_keys__format_and_parse_agree():
-    assert visit_key("a", 0) == "a"
-    assert visit_key("a", 3) == "a#3"
+    assert ordinal_key("a", 0) == "a"
+    assert ordinal_key("a", 3) == "a#3"
     assert item_key("h", 2) == "h[2]"
     assert handler_key("h[2]") == "h[2]:onError"
     assert handled_key("h[2]:onError") == "h[2]"
