@@ -67,7 +67,7 @@ def database_from_environment() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
         # Workers need persistent connections (about 10x throughput); no psycopg pool:
-        # it broke django-q2 clusters (README, "Running workers in production").
+        # it broke django-q2 clusters (docs/operations.md, "Running workers in production").
         config = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
         if config["ENGINE"] == "django.db.backends.postgresql":
             # Server-side binding lets psycopg prepare the statements a worker repeats for every

@@ -1,5 +1,5 @@
 """A step function this process lacks suspends the run with RPC_NOT_FOUND and records no attempt;
-deploy it and resume, and it runs (README, "Decisions where the design left a choice")."""
+deploy it and resume, and it runs (docs/decisions.md)."""
 
 from __future__ import annotations
 
