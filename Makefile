@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist), each with its own test database; 0 runs the suite in this one.
 PYTEST_WORKERS ?= 3
 
-.PHONY: install test test-sqlite lint demo migrate worker openapi clean
+.PHONY: install test test-sqlite lint docs demo migrate worker openapi clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ openapi: $(STAMP)
 	$(PY) manage.py spectacular --custom-settings pikku_workflows.api.schema.SCHEMA_SETTINGS \
 		--fail-on-warn --file docs/openapi.yaml
 
+# The docs/ pages and the public API's docstrings as a static site in site/. Strict: a broken
+# link or anchor, or an API entry that no longer resolves, fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
@@ -56,4 +61,4 @@ demo: $(STAMP)
 	$(PY) manage.py demo_server
 
 clean:
-	rm -rf $(VENV) db.sqlite3*
+	rm -rf $(VENV) db.sqlite3* site
