@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-# The README's pictures are refreshed only on request, so a test run leaves the tree clean.
+# The pictures of the README and docs/ are refreshed only on request, so a test run leaves the tree clean.
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # The list's auto-refresh reloads every 5 s; give it two turns.
 REFRESH_TIMEOUT_MS = 12_000
@@ -204,7 +204,7 @@ def test_retry_a_failed_run_from_the_run_page(live_server, failed_run, browser, 
     output = in_thread(lambda: WorkflowRun.objects.get(pk=run_id).output)
     assert output == {"charge": "ch_42", "tracking": "TRK000042"}
 
-    # The picture for the README: summary, timeline, steps and audit trail, without the nav.
+    # The picture for docs/operations.md: summary, timeline, steps and audit trail, without the nav.
     page.click("#toggle-nav-sidebar")
     expect(page.locator("#nav-sidebar")).to_be_hidden()
     audit = page.locator("#audit-trail").bounding_box()
