@@ -101,10 +101,11 @@ class Workflow:
         summary: str = "",
         data: Any = None,
     ) -> ApprovalOutcome:
-        """Wait for people to decide (README "Approvals"): the run parks until the policy is
-        satisfied or the deadline passes, then this returns the outcome on every replay.
+        """Wait for people to decide (docs/approvals-and-signals.md): the run parks until the
+        policy is satisfied or the deadline passes, then this returns the outcome on every
+        replay.
 
-        `approvers`: usernames, "group:<name>", "perm:<app_label.codename>" (none: anyone
+        `approvers`: usernames, `"group:<name>"`, `"perm:<app_label.codename>"` (none: anyone
         holding `pikku_workflows.decide_workflowapproval`); `policy`: "any", "all" or "quorum"
         (`quorum=N`); `exclude_requester`: four eyes; `on_expire`: "reject", "approve", "fail"
         (raises `ApprovalExpired` here) or "escalate" (to `escalate_to`); `form`: a Form class
