@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .status import TERMINAL_RUN_STATUSES, ApprovalStatus, RunStatus, StepKind, StepStatus
+from .waiting import WaitingKind
 
 if TYPE_CHECKING:
     from django.db.models.sql.compiler import SQLCompiler
@@ -76,18 +77,18 @@ def _steps() -> WorkflowStepQuerySet:
     return WorkflowStep.objects.all()
 
 
-# What a live run can wait on (the summary's `waiting_on.kind`), each as the runs
-# waiting that way. A run matches a kind when *any* of its steps does (a fan-out can wait on a
-# timer and a child at once), while the summary names the newest step in flight.
+# The runs waiting on each kind of `waiting.WaitingKind`, in its order. A run matches a kind
+# when *any* of its steps does (a fan-out can wait on a timer and a child at once), while the
+# summary names the newest step in flight.
 WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
-    "step": lambda: runs_with_step(_steps().busy()),
-    "timer": lambda: runs_with_step(_steps().sleeping()),
-    "retry": lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
-    "child": lambda: runs_with_step(_steps().awaiting_child()),
-    "lease": lambda: runs_with_step(_steps().lease_lapsed()),
-    "approval": lambda: runs_with_step(_steps().awaiting_approval()),
-    "signal": lambda: runs_with_step(_steps().awaiting_signal()),
-    "suspend": lambda: models.Q(status=RunStatus.SUSPENDED),
+    WaitingKind.STEP: lambda: runs_with_step(_steps().busy()),
+    WaitingKind.TIMER: lambda: runs_with_step(_steps().sleeping()),
+    WaitingKind.RETRY: lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
+    WaitingKind.CHILD: lambda: runs_with_step(_steps().awaiting_child()),
+    WaitingKind.LEASE: lambda: runs_with_step(_steps().lease_lapsed()),
+    WaitingKind.APPROVAL: lambda: runs_with_step(_steps().awaiting_approval()),
+    WaitingKind.SIGNAL: lambda: runs_with_step(_steps().awaiting_signal()),
+    WaitingKind.SUSPEND: lambda: models.Q(status=RunStatus.SUSPENDED),
 }
 
 
@@ -109,7 +110,7 @@ class WorkflowRunQuerySet(models.QuerySet):
 
     def awaiting_approval(self, awaiting: bool = True) -> WorkflowRunQuerySet:
         """Runs parked on an approval (with `awaiting=False`, every other run)."""
-        parked = waiting_on_q("approval")
+        parked = waiting_on_q(WaitingKind.APPROVAL)
         return self.filter(parked) if awaiting else self.exclude(parked)
 
     def matching(self, term: str) -> WorkflowRunQuerySet:

@@ -7,14 +7,13 @@ refusal with `message_user`. The engine alone validates, writes and audits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -25,7 +24,7 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..engine.operations.control import OPERATION_RULES, Rule, split_for_fork
+from ..engine.operations.control import FORK, OPERATION_RULES, Rule, split_for_fork
 from ..models import WorkflowRun
 from ..status import StepStatus
 from ..step_keys import is_engine_key
@@ -40,19 +39,33 @@ FORK_PREVIEW_CHOICES = 100
 
 @dataclass(frozen=True)
 class Operation:
-    """An engine operation as the admin offers it: the engine's status rule (`control.Rule`)
-    and how the admin words it. `name` is also the permission codename prefix and the engine
-    function `pw.<name>_run`."""
+    """An engine operation as the admin offers it: its row of the operations table
+    (`control.Rule`: function, permission, status rule) and how the admin words it."""
 
     engine_rule: Rule
-    label: str
-    bulk: bool = True
-    # What the confirmation page warns about before the operator says yes.
-    warning: str = ""
 
     @property
     def name(self) -> str:
         return self.engine_rule.action
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize()
+
+    @property
+    def bulk(self) -> bool:
+        """Offered as an action on the selected runs (else only as a button on the run page)."""
+        return self.engine_rule.bulk
+
+    @property
+    def forks(self) -> bool:
+        """It asks for a step to execute again from and ends on the new run it starts."""
+        return self.engine_rule is FORK
+
+    @property
+    def warning(self) -> str:
+        """What the confirmation page warns about before the operator says yes."""
+        return self.engine_rule.caution
 
     @property
     def done(self) -> str:
@@ -78,36 +91,23 @@ class Operation:
 
     def ineligibility(self, status: str) -> str | None:
         """None when a run in `status` is eligible; otherwise why not."""
-        if status in self.sources:
-            return None
-        if status == self.target:
-            return f"already {status}"
-        return f"{status}: {self.rule}"
+        return self.engine_rule.ineligibility(status)
 
 
-OPERATIONS = {
-    op.name: op
-    for op in (
-        Operation(
-            OPERATION_RULES["cancel"],
-            "Cancel",
-            warning="Completed steps are not compensated: no on_error handler runs and what they "
-            "did stays done. A step running now finishes, but the run does not go on, and its "
-            "child runs are cancelled too.",
-        ),
-        Operation(OPERATION_RULES["suspend"], "Suspend"),
-        Operation(OPERATION_RULES["resume"], "Resume"),
-        Operation(OPERATION_RULES["retry"], "Retry"),
-        Operation(
-            OPERATION_RULES["fork"],
-            "Fork",
-            bulk=False,
-            warning="The steps listed below execute again in the new run, with their side "
-            "effects (a card charged, an e-mail sent): the new run has its own invocation ids, "
-            "so an idempotency key built from ctx.invocation_id does not protect against them.",
-        ),
-    )
-}
+OPERATIONS = {rule.action: Operation(rule) for rule in OPERATION_RULES.values()}
+
+
+def selection_action(operation: Operation) -> Callable[..., Any]:
+    """The changelist action of a bulk operation (`cancel_runs`); `get_actions` offers it only
+    to users with the operation's permission."""
+
+    def act(
+        modeladmin: RunOperationsAdmin, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+    ) -> Any:
+        return modeladmin.operate_on_selection(request, queryset, operation)
+
+    act.__name__ = act.__qualname__ = operation.action_name
+    return admin.action(description=f"{operation.label} selected runs…")(act)
 
 
 class OperationForm(forms.Form):
@@ -122,7 +122,7 @@ class OperationForm(forms.Form):
         self, *args: Any, operation: Operation, steps: Sequence[str] = (), **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
-        if operation.name == "fork":
+        if operation.forks:
             self.fields["from_step"] = forms.ChoiceField(
                 label="Execute again from step",
                 choices=[(key, key) for key in steps if not is_engine_key(key)],
@@ -141,40 +141,19 @@ class Outcome:
 class RunOperationsAdmin(admin.ModelAdmin):
     """The operator actions of the run admin, each gated by its own model permission."""
 
-    actions = ("cancel_runs", "suspend_runs", "resume_runs", "retry_runs")
+    # Permissions are judged in `get_actions`: Django's `@admin.action(permissions=[...])` asks
+    # one `has_<name>_permission` method per name, which the table would have to spell again.
+    actions = tuple(selection_action(op) for op in OPERATIONS.values() if op.bulk)
 
     def has_operation_permission(self, request: HttpRequest, operation: Operation) -> bool:
-        codename = get_permission_codename(operation.name, self.opts)
-        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+        return request.user.has_perm(f"{self.opts.app_label}.{operation.engine_rule.permission}")
 
-    # `@admin.action(permissions=["cancel"])` asks `has_cancel_permission(request)`.
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return self.has_operation_permission(request, OPERATIONS["cancel"])
-
-    def has_suspend_permission(self, request: HttpRequest) -> bool:
-        return self.has_operation_permission(request, OPERATIONS["suspend"])
-
-    def has_resume_permission(self, request: HttpRequest) -> bool:
-        return self.has_operation_permission(request, OPERATIONS["resume"])
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return self.has_operation_permission(request, OPERATIONS["retry"])
-
-    @admin.action(description="Cancel selected runs…", permissions=["cancel"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
-        return self.operate_on_selection(request, queryset, OPERATIONS["cancel"])
-
-    @admin.action(description="Suspend selected runs…", permissions=["suspend"])
-    def suspend_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
-        return self.operate_on_selection(request, queryset, OPERATIONS["suspend"])
-
-    @admin.action(description="Resume selected runs…", permissions=["resume"])
-    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
-        return self.operate_on_selection(request, queryset, OPERATIONS["resume"])
-
-    @admin.action(description="Retry selected runs…", permissions=["retry"])
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
-        return self.operate_on_selection(request, queryset, OPERATIONS["retry"])
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        for operation in OPERATIONS.values():
+            if not self.has_operation_permission(request, operation):
+                actions.pop(operation.action_name, None)
+        return actions
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_operation"
@@ -229,10 +208,10 @@ class RunOperationsAdmin(admin.ModelAdmin):
         if form.is_valid():
             outcome = self.perform(request, chosen, [run], form.cleaned_data)
             self.report(request, chosen, outcome)
-            if chosen.name == "fork" and outcome.done:
+            if chosen.forks and outcome.done:
                 return HttpResponseRedirect(run_change_url(self.admin_site, outcome.done[0][1]))
             return HttpResponseRedirect(run_change_url(self.admin_site, run.pk))
-        preview = _fork_preview(steps, form) if chosen.name == "fork" else None
+        preview = _fork_preview(steps, form) if chosen.forks else None
         return self.render_confirmation(request, chosen, [run], form, bulk=False, fork=preview)
 
     def perform(
@@ -240,9 +219,9 @@ class RunOperationsAdmin(admin.ModelAdmin):
     ) -> Outcome:
         """Call the engine once per eligible run; one run's refusal never stops the others."""
         outcome = Outcome(done=[], skipped=[], failed=[])
-        function = getattr(pw, f"{operation.name}_run")
+        function = operation.engine_rule.function
         options = {"by": request.user, "reason": data.get("reason", "")}
-        if operation.name == "fork":
+        if operation.forks:
             options["from_step"] = data["from_step"]
         for run in runs:
             problem = operation.ineligibility(run.status)
@@ -260,7 +239,7 @@ class RunOperationsAdmin(admin.ModelAdmin):
 
     def report(self, request: HttpRequest, operation: Operation, outcome: Outcome) -> None:
         site = self.admin_site
-        if operation.name == "fork":
+        if operation.forks:
             for run, new_id in outcome.done:
                 links = (run_link(site, run.pk), run_link(site, new_id))
                 self.message_user(request, format_html("Forked run {} as run {}.", *links))

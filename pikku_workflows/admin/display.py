@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..step_keys import handled_step_key, suspend_reason
+from ..waiting import WaitingKind
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 ADMIN_JS = "pikku_workflows/admin.js"
@@ -138,7 +139,7 @@ def run_link(admin_site: admin.AdminSite, run_id: uuid.UUID | str) -> SafeString
 
 
 # What the run list calls each kind of wait, in plain words (leases are the engine's business).
-WAIT_LABELS = {"step": "queued", "lease": "worker lost"}
+WAIT_LABELS: dict[str, str] = {WaitingKind.STEP: "queued", WaitingKind.LEASE: "worker lost"}
 
 
 def describe_waiting(
@@ -155,27 +156,27 @@ def describe_waiting(
     kind = str(waiting.get("kind", ""))
     label = WAIT_LABELS.get(kind, kind)
     detail: SafeString | str = ""
-    if kind in ("timer", "retry") and waiting.get("until"):
+    if kind in (WaitingKind.TIMER, WaitingKind.RETRY) and waiting.get("until"):
         prefix = f"attempt {waiting['attempt']} " if waiting.get("attempt") else ""
         detail = format_html("{}{}", prefix, format_moment(waiting["until"], now))
-    elif kind == "step" and waiting.get("lease_expires_at"):
+    elif kind == WaitingKind.STEP and waiting.get("lease_expires_at"):
         label = "running"
         if since is not None:
             detail = f"for {format_duration((now or timezone.now()) - since)}"
-    elif kind == "step":
+    elif kind == WaitingKind.STEP:
         detail = "waiting for a worker"
-    elif kind == "lease" and waiting.get("lease_expires_at"):
+    elif kind == WaitingKind.LEASE and waiting.get("lease_expires_at"):
         detail = format_html(
             "its worker went silent {}; another worker runs it again",
             format_moment(waiting["lease_expires_at"], now),
         )
-    elif kind == "child" and waiting.get("child_run_id"):
+    elif kind == WaitingKind.CHILD and waiting.get("child_run_id"):
         detail = format_html("run {}", run_link(admin_site, waiting["child_run_id"]))
-    elif kind == "suspend":
+    elif kind == WaitingKind.SUSPEND:
         detail = waiting.get("reason") or ""
-    elif kind == "signal":
+    elif kind == WaitingKind.SIGNAL:
         detail = waiting.get("signal") or ""
-    elif kind == "approval" and waiting.get("until"):
+    elif kind == WaitingKind.APPROVAL and waiting.get("until"):
         detail = format_html("due {}", format_moment(waiting["until"], now))
     step_key = waiting.get("step_key")
     return format_html(

@@ -20,18 +20,7 @@ from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import WAITING_KINDS, runs_with_step, waiting_on_q
 from ..registry import registry
-
-# The admin's words for each kind of `querysets.WAITING_KINDS`.
-WAITING_LABELS = {
-    "step": "a step (queued or running)",
-    "timer": "a timer (sleep)",
-    "retry": "a retry backoff",
-    "child": "a child run",
-    "lease": "a step whose worker went silent",
-    "approval": "an approval",
-    "signal": "a signal",
-    "suspend": "an operator (suspended)",
-}
+from ..waiting import WaitingKind
 
 
 class WaitingOnFilter(admin.SimpleListFilter):
@@ -39,7 +28,7 @@ class WaitingOnFilter(admin.SimpleListFilter):
     parameter_name = "waiting_on"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(kind, WAITING_LABELS.get(kind, kind)) for kind in WAITING_KINDS]
+        return list(WaitingKind.choices)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         kind = self.value()

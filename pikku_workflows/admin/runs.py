@@ -27,6 +27,7 @@ from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
 from ..step_keys import ENGINE_KEY_MARK
+from ..waiting import WaitingKind
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
 from .display import (
@@ -289,7 +290,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     def waiting_on(self, run: WorkflowRun) -> dict[str, Any] | None:
         """The run summary's `waiting_on`, from the steps the list prefetched (or one query)."""
         if run.status == RunStatus.SUSPENDED:
-            return {"kind": "suspend", "reason": getattr(run, "error_message", None) or ""}
+            return {
+                "kind": WaitingKind.SUSPEND.value,
+                "reason": getattr(run, "error_message", None) or "",
+            }
         return waiting_on(run, self._unfinished_steps(run))
 
     def _unfinished_steps(self, run: WorkflowRun) -> list[WorkflowStep]:
@@ -323,7 +327,11 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     def _running_since(self, run: WorkflowRun, waiting: dict[str, Any] | None) -> Any:
         """When the step the run waits on was claimed (its last write before the lease renewals,
         which leave `updated_at` alone), for "running for 18 s"."""
-        if not waiting or waiting.get("kind") != "step" or run.status != RunStatus.RUNNING:
+        if (
+            not waiting
+            or waiting.get("kind") != WaitingKind.STEP
+            or run.status != RunStatus.RUNNING
+        ):
             return None
         key = waiting.get("step_key")
         step = next((s for s in self._unfinished_steps(run) if s.step_key == key), None)

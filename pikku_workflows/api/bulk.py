@@ -20,21 +20,9 @@ from .engine_internals import OPERATION_RULES, Rule
 from .errors import error_body
 
 # The operations that take many runs at once (a fork takes one run and a step).
-RULES: dict[str, Rule] = {
-    action: OPERATION_RULES[action] for action in ("cancel", "suspend", "resume", "retry")
-}
+RULES: dict[str, Rule] = {action: rule for action, rule in OPERATION_RULES.items() if rule.bulk}
 # Runs one request acts on, and ids one preview lists: a larger selection is narrowed first.
 BULK_LIMIT = 1000
-
-
-def ineligibility(rule: Rule, status: str) -> str | None:
-    """None when a run in `status` is eligible for `rule`; otherwise why not (the admin's
-    confirmation page words it the same way)."""
-    if status in rule.sources:
-        return None
-    if status == rule.target:
-        return f"already {status}"
-    return f"{status}: {rule.requirement}"
 
 
 @dataclass
@@ -73,7 +61,7 @@ def preview(runs: QuerySet[WorkflowRun], rule: Rule) -> Preview:
     )
     others = oldest_first.exclude(status__in=rule.sources).values_list("pk", "status")
     ineligible = [
-        {"id": str(pk), "status": status, "reason": ineligibility(rule, status)}
+        {"id": str(pk), "status": status, "reason": rule.ineligibility(status)}
         for pk, status in others[:BULK_LIMIT]
     ]
     return Preview(
@@ -92,7 +80,7 @@ def perform(plan: Preview, *, by: Any, reason: str) -> dict[str, Any]:
             f"{plan.eligible_count} runs are eligible; one request acts on at most {BULK_LIMIT}: "
             "narrow the filters."
         )
-    operation = getattr(pw, f"{plan.rule.action}_run")
+    operation = plan.rule.function
     outcomes = []
     for pk in plan.eligible:
         try:

@@ -1,9 +1,10 @@
 """The engine internals the API uses beyond `import pikku_workflows as pw`, imported here only,
 so that an engine rename is a one-line change: the start that says whether it created the run
 (201 or 200), the summary builder (one run's summary from rows read in bulk, for the list), the
-operation rules (which statuses each operation accepts, as the admin offers them too), and the
-approvals' reads (one approval as a dict from prefetched rows, and which approvals a user may
-decide or see, as the admin's inbox judges them)."""
+operations table (each operation's function, permission and accepted statuses, as the admin and
+the `pikku` command offer them too), and the approvals' reads (one approval as a dict from
+prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
+them)."""
 
 from __future__ import annotations
 

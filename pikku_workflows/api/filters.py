@@ -24,8 +24,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from ..models import WorkflowApproval, WorkflowRun
-from ..querysets import WAITING_KINDS
 from ..status import ApprovalStatus, RunStatus
+from ..waiting import WaitingKind
 from .engine_internals import decidable_by
 
 MAX_TEXT = 255
@@ -164,7 +164,7 @@ class RunFilterSet(django_filters.FilterSet):
     )
     subject_id = django_filters.CharFilter(field_name="subject_id", max_length=MAX_TEXT)
     waiting_on = django_filters.ChoiceFilter(
-        choices=[(kind, kind) for kind in WAITING_KINDS], method="filter_waiting_on"
+        choices=[(kind, kind) for kind in WaitingKind.values], method="filter_waiting_on"
     )
     awaiting_approval = StrictBooleanFilter(method="filter_awaiting_approval")
     q = django_filters.CharFilter(

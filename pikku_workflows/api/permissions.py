@@ -32,8 +32,12 @@ from .engine_internals import visible_to
 
 def run_permission(action: str) -> str:
     """`pikku_workflows.<action>_workflowrun`: the model permission the admin asks too."""
-    opts = WorkflowRun._meta
-    return f"{opts.app_label}.{get_permission_codename(action, opts)}"
+    return run_model_permission(get_permission_codename(action, WorkflowRun._meta))
+
+
+def run_model_permission(codename: str) -> str:
+    """The permission `user.has_perm` takes for a codename of the run model's app."""
+    return f"{WorkflowRun._meta.app_label}.{codename}"
 
 
 def visible_runs(request: Request) -> QuerySet[WorkflowRun]:
@@ -88,7 +92,7 @@ def visible_run_id(request: Request, run_id: Any) -> uuid.UUID:
 
 
 class RunPermission(IsAuthenticated):
-    """Authenticated, plus the model permission of the view's `required_action()`.
+    """Authenticated, plus the model permission of the view's `required_permission()`.
 
     Per-run operations are judged on the object, after the run was found visible (so a run
     the user may not see stays a 404); the others (start, bulk) before the view runs.
@@ -106,8 +110,8 @@ class RunPermission(IsAuthenticated):
 
     @staticmethod
     def _allowed(request: Request, view: Any) -> bool:
-        action = view.required_action()
-        return action is None or request.user.has_perm(run_permission(action))
+        codename = view.required_permission()
+        return codename is None or request.user.has_perm(run_model_permission(codename))
 
 
 # The model permission each approval action needs, beyond seeing the approval.

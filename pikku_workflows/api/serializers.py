@@ -9,9 +9,9 @@ from typing import Any
 from rest_framework import serializers
 
 from ..approvals.policy import ApprovalPolicy, OnExpire
-from ..querysets import WAITING_KINDS
 from ..status import ApprovalStatus, RunStatus, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
+from ..waiting import WaitingKind, kinds_carrying
 
 MAX_REASON = REASON_MAX_LENGTH
 MAX_KEY = KEY_MAX_LENGTH
@@ -128,7 +128,7 @@ class BulkSerializer(BulkOptionsSerializer):
     has_parent = serializers.BooleanField(required=False)
     subject_type = serializers.CharField(required=False, max_length=MAX_KEY)
     subject_id = serializers.CharField(required=False, max_length=MAX_KEY)
-    waiting_on = serializers.ChoiceField(choices=list(WAITING_KINDS), required=False)
+    waiting_on = serializers.ChoiceField(choices=WaitingKind.values, required=False)
     awaiting_approval = serializers.BooleanField(required=False)
     q = serializers.CharField(required=False, max_length=MAX_KEY)
 
@@ -190,14 +190,18 @@ class StepSummarySerializer(serializers.Serializer):
 
 
 class WaitingOnSerializer(serializers.Serializer):
-    kind = serializers.CharField(help_text=" | ".join([*WAITING_KINDS, "approval", "signal"]))
+    kind = serializers.CharField(help_text=" | ".join(WaitingKind.values))
     step_key = serializers.CharField(required=False)
-    reason = serializers.CharField(required=False, help_text="kind suspend")
-    child_run_id = serializers.UUIDField(required=False, help_text="kind child")
-    until = serializers.DateTimeField(required=False, help_text="kinds timer, retry")
-    at = serializers.DateTimeField(required=False, help_text="kind retry")
-    attempt = serializers.IntegerField(required=False, help_text="kind retry: the next attempt")
-    lease_expires_at = serializers.DateTimeField(required=False, help_text="kinds step, lease")
+    reason = serializers.CharField(required=False, help_text=kinds_carrying("reason"))
+    child_run_id = serializers.UUIDField(required=False, help_text=kinds_carrying("child_run_id"))
+    until = serializers.DateTimeField(required=False, help_text=kinds_carrying("until"))
+    at = serializers.DateTimeField(required=False, help_text=kinds_carrying("at"))
+    attempt = serializers.IntegerField(
+        required=False, help_text=f"{kinds_carrying('attempt')}: the next attempt"
+    )
+    lease_expires_at = serializers.DateTimeField(
+        required=False, help_text=kinds_carrying("lease_expires_at")
+    )
 
 
 class RunErrorSerializer(serializers.Serializer):

@@ -9,8 +9,10 @@ Views parse and check requests and answer the engine's own dicts: every state ch
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth import get_permission_codename
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import StreamingHttpResponse
@@ -33,7 +35,7 @@ import pikku_workflows as pw
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..registry import WorkflowDefinition, registry
 from . import bulk
-from .engine_internals import start_run, summarize
+from .engine_internals import OPERATION_RULES, Rule, start_run, summarize
 from .errors import exception_handler
 from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stream
 from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
@@ -81,8 +83,6 @@ SIGNAL_NAME = OpenApiParameter(
     OpenApiParameter.PATH,
     description="The signal's name, as the run's `wf.wait_for_signal` waits for it.",
 )
-# Per-run operations: the action name is the engine's `pw.<name>_run` and the permission's.
-OPERATIONS = ("cancel", "suspend", "resume", "retry", "fork")
 # Step and history columns the list's summaries read (the JSON payloads stay in the database).
 SUMMARY_STEP_COLUMNS = (
     "id",
@@ -127,8 +127,8 @@ class PikkuAPIMixin:
     def get_exception_handler(self) -> Any:
         return exception_handler
 
-    def required_action(self) -> str | None:
-        """The model permission the current action needs (`<action>_workflowrun`), if any."""
+    def required_permission(self) -> str | None:
+        """The codename of the model permission the current action needs, if any."""
         return None
 
 
@@ -151,8 +151,8 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"  # names have dots ("payments.charge")
 
-    def required_action(self) -> str | None:
-        return "add" if self.action == "runs" else None
+    def required_permission(self) -> str | None:
+        return get_permission_codename("add", WorkflowRun._meta) if self.action == "runs" else None
 
     @documented(responses={200: DefinitionSerializer(many=True), **errors()})
     def list(self, request: Request) -> Response:
@@ -214,6 +214,32 @@ def list_item(run: WorkflowRun, include: list[str]) -> dict[str, Any]:
     return item
 
 
+def operation_route(rule: Rule) -> Callable[..., Response]:
+    """`POST runs/{id}/<action>/` for a bulk operation of the table: its function on the run,
+    answering the run's summary. (Fork, which takes a step and starts a run, has its own.)"""
+
+    def operate(self: RunViewSet, request: Request, pk: str) -> Response:
+        run_id = self.run_id()
+        body = validated(OperationSerializer, request.data)
+        return Response(rule.function(run_id, reason=body["reason"], by=request.user))
+
+    operate.__name__ = operate.__qualname__ = rule.action
+    route = action(detail=True, methods=["post"])(operate)
+    return documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+    )(route)
+
+
+def with_operation_routes(viewset: type[RunViewSet]) -> type[RunViewSet]:
+    """Give the run views a route per bulk operation of the table (`cancel`, `suspend`, ...)."""
+    for rule in bulk.RULES.values():
+        setattr(viewset, rule.action, operation_route(rule))
+    return viewset
+
+
+@with_operation_routes
 class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     """Runs you may see: yours, or every run with `view_workflowrun` (narrowed by the host's
     RUN_QUERYSET_FILTER). A run you may not see answers 404 everywhere below it."""
@@ -227,12 +253,12 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     def get_queryset(self) -> QuerySet[WorkflowRun]:
         return visible_runs(self.request)
 
-    def required_action(self) -> str | None:
-        if self.action in OPERATIONS:
-            return self.action
-        if self.action == "bulk" and self.kwargs.get("operation") in bulk.RULES:
-            return self.kwargs["operation"]
-        return None
+    def required_permission(self) -> str | None:
+        # A run's operation routes are named after their row of the operations table.
+        rule = OPERATION_RULES.get(self.action or "")
+        if self.action == "bulk":
+            rule = bulk.RULES.get(self.kwargs.get("operation", ""))
+        return rule.permission if rule is not None else None
 
     def run_id(self) -> uuid.UUID:
         """The run of the URL: visible (else 404), then the action's permission (else 403)."""
@@ -331,48 +357,6 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
         return response
 
-    def _operate(self, request: Request, operation: str) -> Response:
-        run_id = self.run_id()
-        body = validated(OperationSerializer, request.data)
-        summary = getattr(pw, f"{operation}_run")(run_id, reason=body["reason"], by=request.user)
-        return Response(summary)
-
-    @documented(
-        parameters=[RUN_ID],
-        request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
-    )
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str) -> Response:
-        return self._operate(request, "cancel")
-
-    @documented(
-        parameters=[RUN_ID],
-        request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
-    )
-    @action(detail=True, methods=["post"])
-    def suspend(self, request: Request, pk: str) -> Response:
-        return self._operate(request, "suspend")
-
-    @documented(
-        parameters=[RUN_ID],
-        request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
-    )
-    @action(detail=True, methods=["post"])
-    def resume(self, request: Request, pk: str) -> Response:
-        return self._operate(request, "resume")
-
-    @documented(
-        parameters=[RUN_ID],
-        request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
-    )
-    @action(detail=True, methods=["post"])
-    def retry(self, request: Request, pk: str) -> Response:
-        return self._operate(request, "retry")
-
     @documented(
         parameters=[RUN_ID],
         request=ForkSerializer,
@@ -422,7 +406,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 "operation",
                 str,
                 OpenApiParameter.PATH,
-                enum=["cancel", "suspend", "resume", "retry"],
+                enum=[*bulk.RULES],
             )
         ],
         request=BulkSerializer,

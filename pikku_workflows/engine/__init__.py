@@ -14,8 +14,8 @@ operations, what adapters call:
 - `operations.signals`: `send_signal`: an external event kept for, or handed to, the run's wait.
 - `operations.approval_reads`: an approval as a dict; the approvals a user may decide or see.
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
-  and the rules of which statuses each accepts (`OPERATION_RULES`, which the admin and API
-  offer).
+  and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
+  statuses), from which the admin, the API and the `pikku` command offer them.
 - `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.

@@ -6,6 +6,7 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.api import bulk
+from pikku_workflows.engine.operations import control
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun
 from tests.api.conftest import API
 from tests.rows import load_run
@@ -219,14 +220,14 @@ def test_bulk__a_run_the_engine_refuses_is_a_failed_outcome_the_others_go_on(
     mixed, operator_api, monkeypatch
 ):
     refused = mixed["running"].pk
-    real = pw.cancel_run
+    real_move_run = control.move_run
 
-    def cancel_run(run_id, **options):
+    def move_all_but_refused(run_id, *args, **kwargs):
         if run_id == refused:
             raise pw.InvalidTransition(f"run {run_id}", "running", "cancelled")
-        return real(run_id, **options)
+        return real_move_run(run_id, *args, **kwargs)
 
-    monkeypatch.setattr(pw, "cancel_run", cancel_run, raising=False)
+    monkeypatch.setattr(control, "move_run", move_all_but_refused)
 
     body = operator_api.post(
         API + "runs/bulk/cancel/", {"status": "running,suspended"}, format="json"

@@ -12,6 +12,7 @@ from django.utils.html import strip_tags
 
 import pikku_workflows as pw
 from pikku_workflows.admin import OPERATIONS
+from pikku_workflows.engine.operations import control
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.admin_support import (
@@ -152,15 +153,15 @@ def test_bulk_action__nothing_eligible_offers_no_submit_button(admin_client, sho
 
 def test_bulk_action__engine_refusal_is_reported_per_run_not_a_500(admin_client, shop, monkeypatch):
     first, second = shop.start(sleep="1h"), shop.start(sleep="1h")
-    real_cancel = pw.cancel_run
+    real_move_run = control.move_run
 
-    def cancel_but_not_first(run_id: Any, **kwargs: Any) -> Any:
+    def move_all_but_first(run_id: Any, *args: Any, **kwargs: Any) -> Any:
         if run_id == first.pk:
             # As if someone else moved the run between the confirmation and the engine's write.
             raise pw.InvalidTransition("run", "completed", "cancelled")
-        return real_cancel(run_id, **kwargs)
+        return real_move_run(run_id, *args, **kwargs)
 
-    monkeypatch.setattr(pw, "cancel_run", cancel_but_not_first, raising=False)
+    monkeypatch.setattr(control, "move_run", move_all_but_first)
 
     response = confirm_bulk(admin_client, "cancel_runs", [first, second])
 

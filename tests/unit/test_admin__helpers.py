@@ -158,8 +158,9 @@ def test_describe_waiting__each_kind():
     assert text({"kind": "approval", "step_key": "ok", "approval_id": 1}) == "approval ok"
 
 
-def test_waiting_labels__every_waiting_kind_of_the_querysets_has_one():
-    from pikku_workflows.admin.filters import WAITING_LABELS
-    from pikku_workflows.querysets import WAITING_KINDS
+def test_waiting_on_filter__offers_every_waiting_kind_in_its_words():
+    from pikku_workflows.admin.filters import WaitingOnFilter
+    from pikku_workflows.waiting import WaitingKind
 
-    assert set(WAITING_LABELS) == set(WAITING_KINDS)
+    offered = WaitingOnFilter.lookups(None, None, None)  # type: ignore[arg-type]
+    assert offered == [(kind.value, kind.label) for kind in WaitingKind]

@@ -1,5 +1,6 @@
 """Operator control of runs: cancel, suspend, resume, retry and fork, each audited; and the
-rules of which statuses each accepts, which the admin and the API offer from (docs/architecture.md §7).
+operations table (`OPERATION_RULES`: each action's function, permission and the statuses it
+accepts), which the admin, the API and the `pikku` command offer from (docs/architecture.md §7).
 
 Each checks its arguments, then the run's status: an illegal move is `InvalidTransition` with
 nothing written; a target status that already holds is a quiet success that writes nothing;
@@ -52,13 +53,24 @@ OPERATION_TRIES = 3
 
 @dataclass(frozen=True)
 class Rule:
-    """An operation's status rule: it takes a run in one of `sources` to `target` (None: the
-    run keeps its status, as a fork's source does). `past` words its outcome ("cancelled")."""
+    """An operator action as every adapter offers it: the engine `function` that does it, the
+    model `permission` (codename) it needs, and its status rule: it takes a run in one of
+    `sources` to `target` (None: the run keeps its status, as a fork's source does). `past`
+    words its outcome ("cancelled"); `caution` is what an operator should know before saying yes.
+
+    A `bulk` operation's function takes `(run_id, *, reason, by)` and returns the run's summary,
+    so it applies to many runs at once; the one that is not (fork) also takes a step key and
+    returns the new run's id.
+    """
 
     action: str
     target: str | None
     sources: frozenset[str]
     past: str
+    function: Callable[..., Any]
+    permission: str
+    bulk: bool = True
+    caution: str = ""
 
     @property
     def requirement(self) -> str:
@@ -67,15 +79,15 @@ class Rule:
         statuses = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
         return f"only {statuses} runs can be {self.past}"
 
+    def ineligibility(self, status: str) -> str | None:
+        """None when a run in `status` is eligible; otherwise why not (a preview for the admin's
+        confirmation page and the bulk API: the engine still decides each run)."""
+        if status in self.sources:
+            return None
+        if status == self.target:
+            return f"already {status}"
+        return f"{status}: {self.requirement}"
 
-CANCEL = Rule(
-    "cancel", RunStatus.CANCELLED, frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}), "cancelled"
-)
-SUSPEND = Rule("suspend", RunStatus.SUSPENDED, frozenset({RunStatus.RUNNING}), "suspended")
-RESUME = Rule("resume", RunStatus.RUNNING, frozenset({RunStatus.SUSPENDED}), "resumed")
-RETRY = Rule("retry", RunStatus.RUNNING, frozenset({RunStatus.FAILED}), "retried")
-FORK = Rule("fork", None, TERMINAL_RUN_STATUSES, "forked")
-OPERATION_RULES = {rule.action: rule for rule in (CANCEL, SUSPEND, RESUME, RETRY, FORK)}
 
 # apply_txn(run pk, status before) does the operation's writes inside the transaction.
 Apply = Callable[[uuid.UUID, str], None]
@@ -155,7 +167,7 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
     if source is None:
         raise RunNotFound(run_id)
     if source.status not in FORK.sources:
-        raise InvalidTransition(f"run {pk} (fork)", source.status, FORK.past)
+        raise InvalidTransition(f"run {pk} ({FORK.action})", source.status, FORK.past)
     reused = _steps_before(pk, from_step)
     with transaction.atomic():
         fork = create_run_row(
@@ -171,7 +183,7 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
             _copy_step_txn(fork.pk, step)
         _audit(
             pk,
-            "fork",
+            FORK.action,
             source.status,
             source.status,
             by,
@@ -182,7 +194,7 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
         )
         _audit(
             fork.pk,
-            "fork",
+            FORK.action,
             "",
             RunStatus.RUNNING,
             by,
@@ -193,6 +205,60 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
         )
         enqueue_orchestration(fork.pk)
     return str(fork.pk)
+
+
+# The operations table: one row per operator action. The admin's actions and buttons, the API's
+# routes and bulk operations and the `pikku` command's verbs are built from it (a new operation
+# is a row here plus its permission on `WorkflowRun.Meta`). The rows follow the functions that
+# read them back (`_operate(pk, CANCEL, ...)`), so each row can name its function.
+CANCEL = Rule(
+    "cancel",
+    RunStatus.CANCELLED,
+    frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+    "cancelled",
+    cancel_run,
+    "cancel_workflowrun",
+    caution="Completed steps are not compensated: no on_error handler runs and what they did "
+    "stays done. A step running now finishes, but the run does not go on, and its child runs "
+    "are cancelled too.",
+)
+SUSPEND = Rule(
+    "suspend",
+    RunStatus.SUSPENDED,
+    frozenset({RunStatus.RUNNING}),
+    "suspended",
+    suspend_run,
+    "suspend_workflowrun",
+)
+RESUME = Rule(
+    "resume",
+    RunStatus.RUNNING,
+    frozenset({RunStatus.SUSPENDED}),
+    "resumed",
+    resume_run,
+    "resume_workflowrun",
+)
+RETRY = Rule(
+    "retry",
+    RunStatus.RUNNING,
+    frozenset({RunStatus.FAILED}),
+    "retried",
+    retry_run,
+    "retry_workflowrun",
+)
+FORK = Rule(
+    "fork",
+    None,
+    TERMINAL_RUN_STATUSES,
+    "forked",
+    fork_run,
+    "fork_workflowrun",
+    bulk=False,
+    caution="The steps listed below execute again in the new run, with their side effects (a "
+    "card charged, an e-mail sent): the new run has its own invocation ids, so an idempotency "
+    "key built from ctx.invocation_id does not protect against them.",
+)
+OPERATION_RULES = {rule.action: rule for rule in (CANCEL, SUSPEND, RESUME, RETRY, FORK)}
 
 
 def _checked(run_id: Any, reason: Any, by: Any) -> tuple[uuid.UUID, str, Any]:

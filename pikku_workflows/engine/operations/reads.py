@@ -15,6 +15,7 @@ from ...exceptions import RunNotFound
 from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 from ...time_travel import build_timeline, state_at
+from ...waiting import WaitingKind
 from ..replay.replay_pass import lease_lapsed
 
 
@@ -87,7 +88,7 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
     if run.status in TERMINAL_RUN_STATUSES:
         return None
     if run.status == RunStatus.SUSPENDED:
-        return {"kind": "suspend", "reason": (run.error or {}).get("message", "")}
+        return {"kind": WaitingKind.SUSPEND.value, "reason": (run.error or {}).get("message", "")}
     for step in reversed(steps):
         described = _step_wait(step)
         if described is not None:
@@ -97,19 +98,19 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
     if step.status == StepStatus.WAITING and step.child_run_id:
-        return {"kind": "child", "child_run_id": str(step.child_run_id)}
+        return {"kind": WaitingKind.CHILD.value, "child_run_id": str(step.child_run_id)}
     if step.status == StepStatus.WAITING and step.kind in (StepKind.APPROVAL, StepKind.SIGNAL):
         return _parked_wait(step)
     if step.status == StepStatus.SCHEDULED and step.wake_at and step.kind == StepKind.SLEEP:
-        return {"kind": "timer", "until": step.wake_at.isoformat()}
+        return {"kind": WaitingKind.TIMER.value, "until": step.wake_at.isoformat()}
     if step.status == StepStatus.FAILED and step.wake_at and step.attempt < step.attempt_limit:
         at = step.wake_at.isoformat()
-        return {"kind": "retry", "attempt": step.attempt + 1, "at": at, "until": at}
+        return {"kind": WaitingKind.RETRY.value, "attempt": step.attempt + 1, "at": at, "until": at}
     if step.status == StepStatus.RUNNING and step.lease_expires_at:
-        kind = "lease" if lease_lapsed(step) else "step"
-        return {"kind": kind, "lease_expires_at": step.lease_expires_at.isoformat()}
+        kind = WaitingKind.LEASE if lease_lapsed(step) else WaitingKind.STEP
+        return {"kind": kind.value, "lease_expires_at": step.lease_expires_at.isoformat()}
     if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
-        return {"kind": "step"}
+        return {"kind": WaitingKind.STEP.value}
     return None
 
 
@@ -118,9 +119,12 @@ def _parked_wait(step: WorkflowStep) -> dict[str, Any]:
     approval's deadline, the signal's timeout."""
     wait: dict[str, Any]
     if step.kind == StepKind.APPROVAL:
-        wait = {"kind": "approval", "approval_id": str(approval_id_for(step.pk, step.attempt))}
+        wait = {
+            "kind": WaitingKind.APPROVAL.value,
+            "approval_id": str(approval_id_for(step.pk, step.attempt)),
+        }
     else:
-        wait = {"kind": "signal"}
+        wait = {"kind": WaitingKind.SIGNAL.value}
         if "data" not in step.get_deferred_fields():  # the admin list leaves step data out
             wait["signal"] = (step.data or {}).get("signal")
     if step.wake_at:

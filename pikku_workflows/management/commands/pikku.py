@@ -14,6 +14,7 @@ by `--as` (required), who needs the action's permission, as in the admin. `--jso
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,15 +26,17 @@ from django.utils.dateparse import parse_date, parse_datetime
 import pikku_workflows as pw
 
 from ...durations import parse_duration
+from ...engine.operations.control import OPERATION_RULES, Rule
 from ...exceptions import InvalidInput
 from ...status import RunStatus
 
-ACTIONS = ("cancel", "suspend", "resume", "retry", "fork")
 DEFAULT_LIMIT = 50
+# An action that stops a run's work asks the operator why (the others may say why).
+STOPPED = frozenset({RunStatus.CANCELLED, RunStatus.SUSPENDED})
 
 
 class Command(BaseCommand):
-    help = "Operate workflow runs: list, show, timeline, cancel, suspend, resume, retry, fork."
+    help = f"Operate workflow runs: list, show, timeline, {', '.join(OPERATION_RULES)}."
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -47,25 +50,34 @@ class Command(BaseCommand):
             ("timeline", "a run's events in order"),
         ):
             commands.add_parser(name, help=what).add_argument("run")
-        for action in ACTIONS:
-            sub = commands.add_parser(action, help=f"{action} a run (audited)")
+        for rule in OPERATION_RULES.values():
+            sub = commands.add_parser(rule.action, help=f"{rule.action} a run (audited)")
             sub.add_argument("run")
             sub.add_argument("--as", dest="as_user", required=True, metavar="USERNAME")
-            sub.add_argument("--reason", default="", required=action in ("cancel", "suspend"))
-            if action == "fork":
+            sub.add_argument("--reason", default="", required=rule.target in STOPPED)
+            if not rule.bulk:
                 sub.add_argument("--from-step", required=True, metavar="KEY")
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", help="print JSON")
 
     def handle(self, *args: Any, command: str, **options: Any) -> None:
+        rule = OPERATION_RULES.get(command)
         try:
-            result = getattr(self, f"do_{command}")(**options)
+            result = self._act(rule, **options) if rule else self._read(command, **options)
         except pw.WorkflowError as exc:
             raise CommandError(f"{exc} [{exc.code}]") from exc
         if options.get("json"):
             self.stdout.write(json.dumps(result, indent=2, ensure_ascii=False, default=str))
 
     # --- reading -------------------------------------------------------------------------
+
+    def _read(self, command: str, **options: Any) -> Any:
+        reads: dict[str, Callable[..., Any]] = {
+            "runs": self.do_runs,
+            "show": self.do_show,
+            "timeline": self.do_timeline,
+        }
+        return reads[command](**options)
 
     def do_runs(
         self,
@@ -120,34 +132,18 @@ class Command(BaseCommand):
 
     # --- acting --------------------------------------------------------------------------
 
-    def do_cancel(self, **options: Any) -> dict[str, Any]:
-        return self._act("cancel", **options)
-
-    def do_suspend(self, **options: Any) -> dict[str, Any]:
-        return self._act("suspend", **options)
-
-    def do_resume(self, **options: Any) -> dict[str, Any]:
-        return self._act("resume", **options)
-
-    def do_retry(self, **options: Any) -> dict[str, Any]:
-        return self._act("retry", **options)
-
-    def do_fork(self, **options: Any) -> dict[str, Any]:
-        return self._act("fork", **options)
-
     def _act(
-        self, action: str, *, run: str, as_user: str, reason: str, **options: Any
+        self, rule: Rule, *, run: str, as_user: str, reason: str, **options: Any
     ) -> dict[str, Any]:
         run_id = _run_id(run)
-        user = _operator(as_user, action)
-        operate = getattr(pw, f"{action}_run")
-        if action == "fork":
-            new_id = operate(run_id, from_step=options["from_step"], by=user, reason=reason)
+        user = _operator(as_user, rule)
+        if rule.bulk:
+            summary = rule.function(run_id, by=user, reason=reason)
+            message = f"Run {run_id} is {summary['status']} ({rule.action} as {as_user})."
+        else:
+            new_id = rule.function(run_id, from_step=options["from_step"], by=user, reason=reason)
             summary = pw.get_run_status(new_id)
             message = f"Forked run {run_id} as run {new_id} (queued), as {as_user}."
-        else:
-            summary = operate(run_id, by=user, reason=reason)
-            message = f"Run {run_id} is {summary['status']} ({action} as {as_user})."
         if not options.get("json"):
             self.stdout.write(self.style.SUCCESS(message))
             self._summary(summary)
@@ -220,7 +216,7 @@ def _run_id(text: str) -> str:
     return str(matches[0])
 
 
-def _operator(username: str, action: str) -> Any:
+def _operator(username: str, rule: Rule) -> Any:
     user_model = get_user_model()
     try:
         user = user_model._default_manager.get_by_natural_key(username)
@@ -228,10 +224,9 @@ def _operator(username: str, action: str) -> Any:
         raise CommandError(
             f"No user {username!r}: --as names the account the action is audited as."
         ) from None
-    if not user.has_perm(f"pikku_workflows.{action}_workflowrun"):
-        raise CommandError(
-            f"{username} may not {action} runs (pikku_workflows.{action}_workflowrun)."
-        )
+    permission = f"pikku_workflows.{rule.permission}"
+    if not user.has_perm(permission):
+        raise CommandError(f"{username} may not {rule.action} runs ({permission}).")
     return user
 
 

@@ -1,0 +1,41 @@
+"""What a live run can wait on (the run summary's `waiting_on.kind`): each kind's name, its words
+for an operator, and the fields its `waiting_on` carries. The runs waiting each way are
+`querysets.WAITING_KINDS`; the summary names the newest step in flight (`reads.waiting_on`)."""
+
+from __future__ import annotations
+
+from django.db.models import TextChoices
+
+
+class WaitingKind(TextChoices):
+    """The kinds in the order the admin's filter and the API's enum list them; the label is the
+    admin filter's words."""
+
+    STEP = "step", "a step (queued or running)"
+    TIMER = "timer", "a timer (sleep)"
+    RETRY = "retry", "a retry backoff"
+    CHILD = "child", "a child run"
+    LEASE = "lease", "a step whose worker went silent"
+    APPROVAL = "approval", "an approval"
+    SIGNAL = "signal", "a signal"
+    SUSPEND = "suspend", "an operator (suspended)"
+
+
+# The fields each kind's `waiting_on` may carry beyond `kind` (and `step_key`, which every kind
+# but `suspend` has): what the API's schema documents per field.
+WAITING_FIELDS: dict[str, tuple[str, ...]] = {
+    WaitingKind.STEP: ("lease_expires_at",),
+    WaitingKind.TIMER: ("until",),
+    WaitingKind.RETRY: ("attempt", "at", "until"),
+    WaitingKind.CHILD: ("child_run_id",),
+    WaitingKind.LEASE: ("lease_expires_at",),
+    WaitingKind.APPROVAL: ("approval_id", "until"),
+    WaitingKind.SIGNAL: ("signal", "until"),
+    WaitingKind.SUSPEND: ("reason",),
+}
+
+
+def kinds_carrying(field: str) -> str:
+    """The kinds whose `waiting_on` carries `field`, in words: "kind child", "kinds step, lease"."""
+    kinds = [kind for kind in WaitingKind.values if field in WAITING_FIELDS[kind]]
+    return f"{'kind' if len(kinds) == 1 else 'kinds'} {', '.join(kinds)}"
