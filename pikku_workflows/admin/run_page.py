@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from ..engine.operations.control import FORK
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import RunStatus, StepKind, StepStatus
 from ..step_keys import is_engine_key
@@ -54,7 +55,7 @@ def run_page_context(
     )
     site = model_admin.admin_site
     operations = model_admin.run_operations(request, run)
-    fork_url = next((op["url"] for op in operations if op["name"] == "fork"), None)
+    fork_url = next((op["url"] for op in operations if op["name"] == FORK.action), None)
     rows = [_step_row(site, run, step, fork_url) for step in steps]
     return {
         "run_operations": operations,

@@ -12,6 +12,7 @@ from ..approvals.policy import ApprovalPolicy, OnExpire
 from ..status import ApprovalStatus, RunStatus, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 from ..waiting import WaitingKind, kinds_carrying
+from .engine_internals import OPERATION_RULES
 
 MAX_REASON = REASON_MAX_LENGTH
 MAX_KEY = KEY_MAX_LENGTH
@@ -366,7 +367,9 @@ class BulkOutcomeSerializer(serializers.Serializer):
 
 
 class BulkResultSerializer(serializers.Serializer):
-    operation = serializers.ChoiceField(choices=["cancel", "suspend", "resume", "retry"])
+    operation = serializers.ChoiceField(
+        choices=[action for action, rule in OPERATION_RULES.items() if rule.bulk]
+    )
     dry_run = serializers.BooleanField()
     eligible_count = serializers.IntegerField()
     ineligible_count = serializers.IntegerField()
