@@ -1,4 +1,5 @@
-"""Shared fixtures: a registry restored after each test, users, and the database vendor."""
+"""Shared fixtures: a registry restored after each test, users, and the database vendor; the
+run's time per test directory, printed at its end."""
 
 from __future__ import annotations
 
@@ -52,6 +53,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Seconds spent per top-level test directory (setup, call and teardown summed; with xdist
+    the workers' reports reach the controller, so the sums add up every worker's time)."""
+    seconds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid, duration = getattr(report, "nodeid", ""), getattr(report, "duration", None)
+            if not nodeid.startswith("tests/") or duration is None:
+                continue
+            directory = nodeid.split("/")[1] if nodeid.count("/") > 1 else "tests"
+            seconds[directory] = seconds.get(directory, 0.0) + duration
+            if getattr(report, "when", None) == "call" or report.skipped:
+                counts[directory] = counts.get(directory, 0) + 1
+    if not seconds:
+        return
+    terminalreporter.write_sep("=", "time per test directory (summed over workers)")
+    for directory, total in sorted(seconds.items(), key=lambda item: -item[1]):
+        tests = counts.get(directory, 0)
+        terminalreporter.write_line(f"{total:8.1f} s  {directory:<12} {tests:5d} tests")
+
+
 @pytest.fixture(autouse=True)
 def isolated_registry() -> Iterator[None]:
     """Workflows a test registers disappear after it; the autodiscovered ones stay."""
@@ -64,9 +87,16 @@ def isolated_registry() -> Iterator[None]:
     registry.step_functions.update(step_functions)
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Users get passwords (admin logins, basic auth over real HTTP); the default hasher takes
+    up to a second for each hash, and an admin test hashes twice (create, log in)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def shop() -> Shop:
-    """The test shop's workflow and step functions, registered (tests/shop.py)."""
+    """The test shop (tests/shop.py), registered as `admin_tests.*`."""
     state = Shop()
     state.register()
     return state
@@ -102,13 +132,61 @@ def skewed_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
     return skew
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None) -> Iterator[None]:
-    """pytest-django's test database, plus: before it is dropped, wake the lease heartbeat.
+@pytest.fixture(scope="session", autouse=True)
+def flush_by_delete() -> Iterator[None]:
+    """A transactional test's database is emptied with DELETE, not Django's TRUNCATE.
 
-    Its thread keeps a connection until it next wakes holding nothing (up to a third of a
-    lease); woken now it exits and closes it, so the drop does not find the database in use.
+    TRUNCATE gives every table and index a new file and fsyncs each rebuilt index (some 80 per
+    flush), which took most of a second after every transactional test on a busy disk; a DELETE
+    of the few rows a test left is one commit. Every foreign key is deferred (Django creates
+    them so), so the order of the tables does not matter. Sequence resets and CASCADE (which
+    no test asks for) keep Django's TRUNCATE.
     """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    operations = type(connection.ops)
+    truncate = operations.sql_flush
+
+    def sql_flush(
+        self: Any,
+        style: Any,
+        tables: Any,
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        if reset_sequences or allow_cascade:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        delete = style.SQL_KEYWORD("DELETE FROM")
+        return [f"{delete} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(operations, "sql_flush", sql_flush)
+        yield
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, plus: commits that do not wait for the disk, and before
+    it is dropped, wake the lease heartbeat.
+
+    `synchronous_commit = off` (set on the database, so worker subprocesses have it too) only
+    gives up the last commits if the PostgreSQL server itself crashes, which no test does: what
+    every client sees and when is unchanged, and the suite spends its time testing instead of
+    waiting for a WAL fsync after each of its many small transactions.
+
+    The heartbeat's thread keeps a connection until it next wakes holding nothing (up to a
+    third of a lease); woken now it exits and closes it, so the drop does not find the database
+    in use.
+    """
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            name = connection.ops.quote_name(connection.settings_dict["NAME"])
+            cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+            cursor.execute("SET synchronous_commit = off")
     yield
     from pikku_workflows.engine.store.leases import heartbeat
 
