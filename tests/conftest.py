@@ -28,22 +28,6 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = 
         time.sleep(0.02)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Seconds spent per test directory (setup, call and teardown summed), so a slow corner of
-    the suite shows before it makes `make test` slow; under xdist, summed over its workers."""
-    seconds: dict[str, float] = {}
-    for reports in terminalreporter.stats.values():
-        for report in reports:
-            nodeid = getattr(report, "nodeid", "")
-            if nodeid.startswith("tests/") and hasattr(report, "duration"):
-                directory = nodeid.split("/")[1] if nodeid.count("/") > 1 else "tests"
-                seconds[directory] = seconds.get(directory, 0.0) + report.duration
-    if seconds:
-        terminalreporter.section("seconds per test directory")
-        for directory, total in sorted(seconds.items(), key=lambda item: -item[1]):
-            terminalreporter.write_line(f"{total:8.1f} s  tests/{directory}")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if connection.vendor == "postgresql":
         return
