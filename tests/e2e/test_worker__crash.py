@@ -1,5 +1,7 @@
-"""SIGKILL of a worker's main process during a slow queued step: none of its processes survive
-(an orphan would keep renewing the lease), and a new worker finishes the run with attempt 2."""
+"""SIGKILL of a worker's main process during slow queued steps (a workflow's, and a fan-out
+graph's two branches): none of its processes survive (an orphan would keep renewing the lease),
+and a new worker finishes the run with attempt 2 and re-runs each branch, the join firing once;
+SIGTERM to the worker's process group hands the running step's lease back."""
 
 from __future__ import annotations
 
@@ -33,18 +35,36 @@ def attempts_logged(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def ended(run_id: str) -> WorkflowRun | None:
+    return WorkflowRun.objects.exclude(status=RunStatus.RUNNING).filter(pk=run_id).first()
+
+
 def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     start_worker, tmp_path
 ):
-    log = tmp_path / "attempts.jsonl"
-    first = start_worker()
+    # One kill, two runs in flight: a workflow's slow step, and a fan-out graph's two slow
+    # branches, all three running at once on the worker's three processes.
+    log, graph_log = tmp_path / "attempts.jsonl", tmp_path / "graph-attempts.jsonl"
+    first = start_worker(("--workers", "3"))
     run_id = pw.start_workflow("e2e.crash", {"log": str(log), "seconds": 60})
+    graph_id = pw.start_workflow("e2e.fan_out", {"log": str(graph_log), "seconds": 60})
     [attempt_1] = wait_until(lambda: attempts_logged(log), 15, "the slow step to start")
     assert attempt_1["attempt"] == 1
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)
-    tree = descendants(first.pid)  # sentinel, pusher, monitor, the two workers
+    # Both branches were dispatched in one pass and run at once on two of the processes.
+    started = wait_until(lambda: len(attempts_logged(graph_log)) == 2, 20, "both branches")
+    assert started
+    assert sorted(entry["step_key"] for entry in attempts_logged(graph_log)) == ["left", "right"]
+    statuses = dict(WorkflowStep.objects.filter(run_id=graph_id).values_list("step_key", "status"))
+    assert statuses == {
+        "start": StepStatus.SUCCEEDED,
+        "left": StepStatus.RUNNING,
+        "right": StepStatus.RUNNING,
+    }
+    tree = descendants(first.pid)  # sentinel, pusher, monitor, the three workers
     assert attempt_1["pid"] in tree, (attempt_1, tree)
+    assert {entry["pid"] for entry in attempts_logged(graph_log)} <= set(tree), tree
     assert len(tree) >= 3
 
     first.kill_main()
@@ -54,12 +74,9 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)  # nobody recorded anything
 
-    start_worker()
-    run = wait_until(
-        lambda: WorkflowRun.objects.exclude(status=RunStatus.RUNNING).filter(pk=run_id).first(),
-        30,
-        "the new worker to finish the run",
-    )
+    start_worker(("--workers", "3"))
+    run = wait_until(lambda: ended(run_id), 40, "the new worker to finish the run")
+    graph = wait_until(lambda: ended(graph_id), 40, "the new worker to finish the graph")
 
     assert (run.status, run.output, run.error) == (RunStatus.COMPLETED, {"attempt": 2}, None)
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
@@ -71,6 +88,24 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     ]
     assert [entry["attempt"] for entry in attempts_logged(log)] == [1, 2]
     assert attempts_logged(log)[1]["pid"] not in tree
+
+    # The graph re-ran each branch (attempt 2) and its join fired once, on its rows alone.
+    assert (graph.status, graph.error) == (RunStatus.COMPLETED, None)
+    assert graph.output == {"join": {"left": {"attempt": 2}, "right": {"attempt": 2}}}
+    for branch in ("left", "right"):
+        history = WorkflowStepHistory.objects.filter(step__run_id=graph_id, step__step_key=branch)
+        assert list(history.order_by("attempt").values_list("attempt", "status")) == [
+            (1, StepStatus.RUNNING),  # the killed attempt never recorded an outcome
+            (2, StepStatus.SUCCEEDED),
+        ]
+    join = WorkflowStepHistory.objects.filter(step__run_id=graph_id, step__step_key="join")
+    assert list(join.values_list("attempt", "status")) == [(1, StepStatus.SUCCEEDED)]
+    assert sorted((e["step_key"], e["attempt"]) for e in attempts_logged(graph_log)) == [
+        ("left", 1),
+        ("left", 2),
+        ("right", 1),
+        ("right", 2),
+    ]
 
 
 def test_worker__sigterm_to_its_process_group_releases_the_step_lease(start_worker, tmp_path):
