@@ -1,5 +1,5 @@
-"""Fixtures of the API tests: users with chosen permissions, API clients, and a small shop
-workflow run through the engine so the API shows reachable states."""
+"""Fixtures of the API tests: users with chosen permissions, API clients, and the test shop
+(tests/shop.py) as `api_tests.*`, so the API shows reachable states."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from django import forms
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-import pikku_workflows as pw
-from pikku_workflows.models import WorkflowApproval, WorkflowRun
 from tests.queue import drain_queue
+from tests.shop import Shop
 
 API = "/api/workflows/"
 # An approval's form (`shop.awaiting(form=PURCHASE)`): what the decider fills in.
@@ -31,77 +30,10 @@ class Purchase(forms.Form):
         return cleaned
 
 
-class Shop:
-    """`api_tests.order`: reserve, charge (fails while `broken`), optionally suspend, sleep,
-    ask for an approval (`approval=` `wf.approval`'s options) or wait for a signal (`signal=`
-    its name), ship; like tests/shop.py's, plus the user who started each run (the API shows a
-    user the runs they started)."""
-
-    def __init__(self) -> None:
-        self.broken = False
-
-    def register(self) -> None:
-        @pw.step_function("api_tests.reserve")
-        def reserve(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
-            return {"reserved": data.get("items", [])}
-
-        @pw.step_function("api_tests.charge")
-        def charge(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
-            if self.broken:
-                raise ConnectionError(f"gateway down (attempt {ctx.attempt})")
-            return {"charged": data.get("amount", 5)}
-
-        @pw.step_function("api_tests.ship")
-        def ship(data: dict[str, Any], ctx: pw.StepContext) -> str:
-            return "shipped"
-
-        @pw.workflow("api_tests.order", planned_steps=["reserve", "charge", "ship"])
-        def order(wf: pw.Workflow, input: Any) -> dict[str, Any]:
-            input = input if isinstance(input, dict) else {}
-            wf.do("reserve", "api_tests.reserve", {"items": input.get("items", [])})
-            charged = wf.do(
-                "charge", "api_tests.charge", {"amount": input.get("amount", 5)}, retries=0
-            )
-            if input.get("review"):
-                wf.suspend("manual review")
-            if input.get("sleep"):
-                wf.sleep("cool-off", input["sleep"])
-            output: dict[str, Any] = {"charge": charged}
-            if input.get("approval") is not None:
-                decision = wf.approval("approval", **input["approval"])
-                output["approval"] = {"approved": decision.approved, "data": decision.data}
-            if input.get("signal"):
-                output["signal"] = wf.wait_for_signal("signal", input["signal"])
-            return {**output, "ship": wf.do("ship", "api_tests.ship", {})}
-
-    def start(self, user: Any = None, **input: Any) -> WorkflowRun:
-        run_id = pw.start_workflow("api_tests.order", input, inline=True, started_by=user)
-        return WorkflowRun.objects.get(pk=run_id)
-
-    def awaiting(self, user: Any = None, **options: Any) -> WorkflowApproval:
-        """The pending approval of a new run started by `user`, asked with `options`."""
-        input = options.pop("input", {})
-        run = self.start(user, approval=options, **input)
-        return WorkflowApproval.objects.get(run=run)
-
-    def failed(self, user: Any = None, **input: Any) -> WorkflowRun:
-        self.broken = True
-        try:
-            return self.start(user, **input)
-        finally:
-            self.broken = False
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    """Users get passwords (basic auth over real HTTP); the default hasher takes a second each."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def shop() -> Shop:
-    """The API tests' shop (it overrides tests/conftest.py's: its runs have a starter)."""
-    shop = Shop()
+    """The test shop as `api_tests.*` (it overrides tests/conftest.py's `admin_tests.*`)."""
+    shop = Shop("api_tests")
     shop.register()
     return shop
 
