@@ -148,8 +148,10 @@ class RunOperationsAdmin(admin.ModelAdmin):
     def has_operation_permission(self, request: HttpRequest, operation: Operation) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{operation.engine_rule.permission}")
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 asks for actions per location (list or change form); 5.2 knows only the list.
+        where = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **where)
         for operation in OPERATIONS.values():
             if not self.has_operation_permission(request, operation):
                 actions.pop(operation.action_name, None)
