@@ -34,6 +34,7 @@ STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.IdempotencyConflict: status.HTTP_409_CONFLICT,
     pw.ApprovalResolved: status.HTTP_409_CONFLICT,
     pw.ApprovalForbidden: status.HTTP_403_FORBIDDEN,
+    pw.SignalForbidden: status.HTTP_403_FORBIDDEN,
     # Not among the documented codes' statuses; a 404 like every other id that names nothing (or nothing yours).
     pw.ApprovalNotFound: status.HTTP_404_NOT_FOUND,
 }

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_permission_codename
 from django.core.handlers.asgi import ASGIRequest
+from django.db import transaction
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import StreamingHttpResponse
 from django_filters import utils as filter_utils
@@ -41,7 +42,7 @@ from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stre
 from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
-from .permissions import RunPermission, visible_run_id, visible_runs
+from .permissions import RunPermission, idempotency_scope, visible_run_id, visible_runs
 from .schema import SIGNAL_ERRORS, documented, errors
 from .serializers import (
     BULK_OPTIONS,
@@ -177,7 +178,11 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         body = validated(StartRunSerializer, request.data)
         key = body["idempotency_key"]
         run_id, created = start_run(
-            name, body["input"], idempotency_key=key, started_by=request.user
+            name,
+            body["input"],
+            idempotency_key=key,
+            started_by=request.user,
+            scope=idempotency_scope(request) if key is not None else "",
         )
         if not created and not visible_runs(request).filter(pk=run_id).exists():
             # The key names a run this user may not see: saying so would show it.
@@ -249,6 +254,15 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     filter_backends = (DjangoFilterBackend,)
     filterset_class = RunFilterSet
     pagination_class = RunCursorPagination
+
+    @classmethod
+    def as_view(cls, actions: dict[str, str] | None = None, **initkwargs: Any) -> Any:
+        view = super().as_view(actions, **initkwargs)
+        if actions and "signals" in actions.values():
+            # The engine commits a refused signal's `deny` row before it answers 403:
+            # ATOMIC_REQUESTS' rollback of the request would undo it.
+            view = transaction.non_atomic_requests(view)
+        return view
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
         return visible_runs(self.request)
@@ -385,16 +399,18 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 description="Delivered to the wait for it, or kept until one is reached; the "
                 "run's summary.",
             ),
-            **errors(400, 404, 409, described=SIGNAL_ERRORS),
+            **errors(400, 403, 404, 409, described=SIGNAL_ERRORS),
         },
     )
     # Any name `wf.wait_for_signal` may wait for (slashes and line breaks too) reaches the
     # engine, which refuses the ones it would not store as a 400, never a routing 404.
     @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[\s\S]+)")
     def signals(self, request: Request, pk: str, name: str) -> Response:
-        """Send the signal `name` with `payload` to a run you may see (audited `signal`); an
-        ended run refuses it (409 INVALID_TRANSITION), never silently dropped. The engine
-        checks the name as `wf.wait_for_signal` does (text, at most 200 characters)."""
+        """Send the signal `name` with `payload` to a run you may see and started, or to any
+        run you may see with `signal_workflowrun` (else 403 SIGNAL_FORBIDDEN, audited `deny`);
+        audited `signal`. An ended run refuses it (409 INVALID_TRANSITION), never silently
+        dropped. The engine checks the name as `wf.wait_for_signal` does (text, at most 200
+        characters)."""
         run_id = self.run_id()
         body = validated(SignalSerializer, request.data)
         summary = pw.send_signal(run_id, name, body["payload"], by=request.user)

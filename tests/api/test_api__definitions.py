@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
@@ -134,6 +135,52 @@ def test_start__idempotency_key_of_a_run_someone_else_started_does_not_show_it(
     assert response.status_code == 409
     assert response.json()["code"] == "IDEMPOTENCY_CONFLICT"
     assert bobs.json()["id"] not in json.dumps(response.json())
+
+
+def tenant_of(request):
+    """A host's IDEMPOTENCY_SCOPE: the tenant is the user's last name."""
+    return request.user.last_name
+
+
+def runs_of_tenant(request, runs):
+    """A host's RUN_QUERYSET_FILTER: a tenant sees the runs its users started."""
+    return runs.filter(started_by__last_name=request.user.last_name)
+
+
+def test_start__tenants_keys_never_meet_so_another_tenants_key_is_not_shown(
+    shop, make_user, client_for, settings
+):
+    settings.PIKKU_WORKFLOWS = {
+        "RUN_QUERYSET_FILTER": f"{__name__}.runs_of_tenant",
+        "IDEMPOTENCY_SCOPE": f"{__name__}.tenant_of",
+    }
+    acme = client_for(make_user("a", "add_workflowrun", "view_workflowrun", last_name="acme"))
+    globex = client_for(make_user("g", "add_workflowrun", "view_workflowrun", last_name="globex"))
+    body = {"input": {"amount": 1}, "idempotency_key": "order-7"}
+    acmes = acme.post(START, body, format="json")
+
+    # Acme's key and input from globex: globex's own run, where a 409 would show acme's key.
+    globexs = globex.post(START, body, format="json")
+    conflict = globex.post(START, {**body, "input": {"amount": 2}}, format="json")
+    acme_again = acme.post(START, body, format="json")
+
+    assert (acmes.status_code, globexs.status_code) == (201, 201)
+    assert globexs.json()["id"] != acmes.json()["id"]
+    assert conflict.status_code == 409  # within its own scope, the key is globex's
+    assert (acme_again.status_code, acme_again.json()["id"]) == (200, acmes.json()["id"])
+    assert WorkflowRun.objects.get(pk=globexs.json()["id"]).idempotency_scope == "globex"
+    assert WorkflowRun.objects.get(pk=acmes.json()["id"]).idempotency_scope == "acme"
+
+
+def test_start__a_scope_hook_that_answers_no_text_is_a_configuration_error(
+    shop, operator_api, settings
+):
+    settings.PIKKU_WORKFLOWS = {"IDEMPOTENCY_SCOPE": lambda request: None}
+
+    with pytest.raises(ImproperlyConfigured, match="IDEMPOTENCY_SCOPE must return a string"):
+        operator_api.post(START, {"input": {}, "idempotency_key": "k"}, format="json")
+
+    assert not WorkflowRun.objects.exists()
 
 
 def test_start__unknown_workflow_is_workflow_not_found(operator_api):
