@@ -77,6 +77,7 @@ RUN_ERRORS: dict[int, tuple[type, str]] = {
         "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
     ),
     409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
+    413: (ErrorSerializer, "PAYLOAD_TOO_LARGE: the body is over MAX_PAYLOAD_BYTES."),
 }
 
 # What the errors of a signal to a run carry.

@@ -169,7 +169,7 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         responses={
             201: RunSummarySerializer,
             200: OpenApiResponse(RunSummarySerializer, description="The idempotency key's run."),
-            **errors(400, 404, 409),
+            **errors(400, 404, 409, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -233,7 +233,7 @@ def operation_route(rule: Rule) -> Callable[..., Response]:
     return documented(
         parameters=[RUN_ID],
         request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409, 413)},
     )(route)
 
 
@@ -376,7 +376,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         request=ForkSerializer,
         responses={
             200: OpenApiResponse(RunSummarySerializer, description="The new run's summary."),
-            **errors(400, 403, 404, 409),
+            **errors(400, 403, 404, 409, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -399,7 +399,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 description="Delivered to the wait for it, or kept until one is reached; the "
                 "run's summary.",
             ),
-            **errors(400, 403, 404, 409, described=SIGNAL_ERRORS),
+            **errors(400, 403, 404, 409, 413, described=SIGNAL_ERRORS),
         },
     )
     # Any name `wf.wait_for_signal` may wait for (slashes and line breaks too) reaches the
@@ -426,7 +426,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
             )
         ],
         request=BulkSerializer,
-        responses={200: BulkResultSerializer, **errors(400, 404)},
+        responses={200: BulkResultSerializer, **errors(400, 404, 413)},
     )
     @action(
         detail=False,

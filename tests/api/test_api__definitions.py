@@ -248,13 +248,32 @@ def test_start__input_the_database_cannot_store_is_invalid_input(shop, operator_
     assert not WorkflowRun.objects.exists()
 
 
-def test_start__body_over_django_upload_limit_is_invalid_input(shop, operator_api, settings):
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+def test_start__an_input_over_djangos_upload_limit_within_max_payload_bytes_is_accepted(
+    shop, operator_api, settings
+):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # the API reads its bodies to its own limit
 
     response = operator_api.post(START, {"input": "x" * 2000}, format="json")
 
-    assert response.status_code == 400
-    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["detail"]
+    assert response.status_code == 201, response.json()
+    assert WorkflowRun.objects.get().input == "x" * 2000
+
+
+@pytest.mark.parametrize("url", [START, f"{API}runs/bulk/cancel/"])
+def test_start__a_body_over_max_payload_bytes_is_payload_too_large_naming_the_limit(
+    shop, operator_api, settings, url
+):
+    settings.PIKKU_WORKFLOWS = {"MAX_PAYLOAD_BYTES": 1000}
+
+    response = operator_api.post(url, {"input": "x" * 1000}, format="json")
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "code": "PAYLOAD_TOO_LARGE",
+        "detail": "The request body is over 1000 bytes, the limit (MAX_PAYLOAD_BYTES).",
+    }
+    assert not WorkflowRun.objects.exists()
+    assert operator_api.post(START, {"input": "x" * 900}, format="json").status_code == 201
 
 
 def test_start__form_encoded_body_is_unsupported_media_type(shop, operator_api):
