@@ -16,7 +16,6 @@ from django.contrib.auth import get_permission_codename
 from django.core.handlers.asgi import ASGIRequest
 from django.db import transaction
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import StreamingHttpResponse
 from django_filters import utils as filter_utils
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
@@ -38,7 +37,13 @@ from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import OPERATION_RULES, Rule, start_run, summarize
 from .errors import exception_handler
-from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stream
+from .events import (
+    EventStreamRenderer,
+    EventStreamResponse,
+    RunEventStream,
+    async_stream,
+    sync_stream,
+)
 from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
@@ -66,6 +71,7 @@ from .serializers import (
     StateQuerySerializer,
     TimelineEventSerializer,
 )
+from .stream_slots import stream_slots
 
 # One Server-Sent Event as schema checkers read a text/event-stream body.
 SSE_EVENT = {
@@ -357,19 +363,17 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         },
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, EventStreamRenderer])
-    def events(self, request: Request, pk: str) -> StreamingHttpResponse:
+    def events(self, request: Request, pk: str) -> EventStreamResponse:
         run_id = self.run_id()
         resumed = request.headers.get("Last-Event-ID", request.query_params.get("last_event_id"))
         query = {} if resumed in (None, "") else {"last_event_id": resumed}
         stream = RunEventStream(
             run_id, validated(EventsQuerySerializer, query).get("last_event_id")
         )
+        slot = stream_slots.take()  # else 503 with Retry-After
         is_asgi = isinstance(request._request, ASGIRequest)
-        content = async_stream(stream) if is_asgi else sync_stream(stream)
-        response = StreamingHttpResponse(content, content_type=EventStreamRenderer.media_type)
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
-        return response
+        content = async_stream(stream, slot) if is_asgi else sync_stream(stream, slot)
+        return EventStreamResponse(content, slot)
 
     @documented(
         parameters=[RUN_ID],
