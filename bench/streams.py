@@ -9,10 +9,13 @@ For each server (`runserver`, the WSGI server `manage.py demo_server` runs, and 
    in `pg_stat_activity`;
 2. S streams opened at once, each on a run of its own that is `running` and does not change, then
    connections sampled for a few seconds (max and median) while the streams stay open;
-3. `GET runs/` timed again beside the streams: the ratio to step 1 is the figure to read;
+3. `GET runs/` timed again beside the streams;
 4. one watched run changed at a time (an audit row written beside the server, as an operator
    action writes it): the time until its stream sends the timeline event;
-5. a few more streams than `MAX_EVENT_STREAMS` allows: their status and `Retry-After`.
+5. a few more streams than `MAX_EVENT_STREAMS` allows: their status and `Retry-After`;
+6. the streams closed, `GET runs/` timed alone once more: the figure to read is the median
+   beside the streams over the mean of the medians alone before and after (a busy machine
+   drifts; the two alone phases bracket it).
 
 `--source DIR` runs the server from another checkout (its `manage.py`, settings and package), to
 measure a version before a change with the same bench. The database (`pikku_streams_bench` by
@@ -41,6 +44,7 @@ RUNS = 2_000
 STEPS_PER_RUN = 5
 WORKFLOW = "bench.streams_order"
 SERVERS = ("wsgi", "asgi")
+CONNECTING = 10
 
 
 def recreate_database(url: str) -> None:
@@ -226,27 +230,31 @@ class Streams:
         self.writers: list[asyncio.StreamWriter] = []
 
     def open(self, run_ids: list[str], timeout: float = 120) -> None:
+        # At most CONNECTING at once: runserver listens with a backlog of 10, and connections
+        # beyond it wait for TCP's retransmissions (seconds), which would measure nothing of ours.
+        connecting = asyncio.Semaphore(CONNECTING)
         for run_id in run_ids:
-            asyncio.run_coroutine_threadsafe(self._follow(run_id), self.loop)
+            asyncio.run_coroutine_threadsafe(self._follow(run_id, connecting), self.loop)
         deadline = time.monotonic() + timeout
         while len(self.statuses) < len(run_ids) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    async def _follow(self, run_id: str) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.writers.append(writer)
-        writer.write(
-            f"GET {API}runs/{run_id}/events/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            f"Accept: text/event-stream\r\nAuthorization: Token {self.token}\r\n\r\n".encode()
-        )
-        await writer.drain()
-        status = int((await reader.readline()).split()[1])
-        retry_after = None
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode().partition(":")
-            if name.lower() == "retry-after":
-                retry_after = value.strip()
-        self.statuses[run_id] = (status, retry_after)
+    async def _follow(self, run_id: str, connecting: asyncio.Semaphore) -> None:
+        async with connecting:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.writers.append(writer)
+            writer.write(
+                f"GET {API}runs/{run_id}/events/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Accept: text/event-stream\r\nAuthorization: Token {self.token}\r\n\r\n".encode()
+            )
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            retry_after = None
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "retry-after":
+                    retry_after = value.strip()
+            self.statuses[run_id] = (status, retry_after)
         if status != 200:
             writer.close()
             return
@@ -321,8 +329,7 @@ def measure(kind: str, args: argparse.Namespace, token: str, run_ids: list[str])
             f"median {statistics.median(held):.0f} (over {args.hold_seconds:.0f} s)"
         )
         beside = timed_list(args.port, token, args.requests)
-        ratio = statistics.median(beside) / statistics.median(alone)
-        print(f"GET runs/ beside them:      {figures(beside)}; median {ratio:.2f}x alone")
+        print(f"GET runs/ beside them:      {figures(beside)}")
         print(f"connections during those:  {database.server_connections()}")
         woken = wake_latencies(database, streams, opened[: args.changes])
         if woken:
@@ -338,6 +345,12 @@ def measure(kind: str, args: argparse.Namespace, token: str, run_ids: list[str])
         print(f"5 streams over the cap:     {', '.join(answers)}")
         extra.close()
         streams.close()
+        time.sleep(1)
+        after = timed_list(args.port, token, args.requests)
+        print(f"GET runs/ alone again:      {figures(after)}")
+        without = (statistics.median(alone) + statistics.median(after)) / 2
+        ratio = statistics.median(beside) / without
+        print(f"GET runs/ median beside the streams / alone (before and after): {ratio:.2f}x")
     finally:
         server.terminate()
         try:
