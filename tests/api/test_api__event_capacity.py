@@ -1,5 +1,5 @@
 """Event streams under load: open streams hold no database connection between their reads (over
-real HTTP, and under ASGI), one watcher per process asks in one query which watched runs changed
+real HTTP, under a WSGI and an ASGI server), one watcher per process asks in one query which watched runs changed
 and wakes those streams only, and MAX_EVENT_STREAMS caps a process's streams with a 503 and
 `Retry-After`, each slot given back however its stream ends. Timings are bench/streams.py's."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+import uvicorn
+from django.core.asgi import get_asgi_application
 from django.db import connection
-from django.test import AsyncClient
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
@@ -86,29 +86,42 @@ def test_streams__hold_no_connection_between_reads_over_http(
     assert stream_slots.taken == 0
 
 
+@pytest.fixture
+def live_asgi_server() -> Iterator[str]:
+    """The project's ASGI application under uvicorn, in a thread of this process (so it uses the
+    test database): each request in its own thread-sensitive context, as in production."""
+    config = uvicorn.Config(
+        get_asgi_application(), host="127.0.0.1", port=0, lifespan="off", log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert eventually(lambda: server.started)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(WAIT_SECONDS)
+
+
 @pytest.mark.django_db(transaction=True)
-def test_streams__under_asgi_hold_no_connection_between_reads(shop, operator, fast_watcher):
+def test_streams__under_asgi_hold_no_connection_between_reads(
+    live_asgi_server, shop, make_user, fast_watcher, monkeypatch
+):
+    monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.2)
+    make_user("watcher", "view_workflowrun")
     run = shop.start(sleep="1h")
-    client = AsyncClient()
-    client.force_login(operator)
+    streams = [EventStream(live_asgi_server + events_url(run), "watcher", "pw") for _ in range(6)]
+    assert [stream.next_event().event for stream in streams] == ["summary"] * 6
 
-    async def follow_two() -> list[bool]:
-        first = await client.get(events_url(run))
-        second = await client.get(events_url(run))
-        held = []
-        streams = [first.streaming_content.__aiter__(), second.streaming_content.__aiter__()]
-        for stream in streams:
-            assert b"event: summary" in await stream.__anext__()
-        held.append(await sync_to_async(eventually)(only_the_watchers))
-        await sync_to_async(pw.send_signal)(run.pk, "early")
-        for stream in streams:
-            assert b"event: timeline" in await stream.__anext__()
-        held.append(await sync_to_async(eventually)(only_the_watchers))
-        for response in (first, second):
-            await sync_to_async(response.close)()
-        return held
+    assert eventually(only_the_watchers)
+    pw.send_signal(run.pk, "early")
+    assert [stream.next_event().data["event"] for stream in streams] == ["signal"] * 6
+    assert eventually(only_the_watchers)
 
-    assert async_to_sync(follow_two)() == [True, True]
+    for stream in streams:
+        stream.close()
+    assert eventually(lambda: other_connections() == 0)
+    assert eventually(lambda: stream_slots.taken == 0)
 
 
 @pytest.mark.django_db(transaction=True)
