@@ -24,8 +24,6 @@ from pikku_workflows.engine.operations.run_changes import changed_runs
 from tests.api.conftest import API
 from tests.api.sse import EventStream, parse_events
 
-pytestmark = pytest.mark.postgres
-
 WAIT_SECONDS = 10
 
 
@@ -63,6 +61,7 @@ def fast_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.02)
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_streams__hold_no_connection_between_reads_over_http(
     live_server, shop, make_user, fast_watcher, monkeypatch
@@ -103,6 +102,7 @@ def live_asgi_server() -> Iterator[str]:
     thread.join(WAIT_SECONDS)
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_streams__under_asgi_hold_no_connection_between_reads(
     live_asgi_server, shop, make_user, fast_watcher, monkeypatch
@@ -124,6 +124,7 @@ def test_streams__under_asgi_hold_no_connection_between_reads(
     assert eventually(lambda: stream_slots.taken == 0)
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_watcher__one_query_per_tick_wakes_only_the_streams_of_changed_runs(shop, fast_watcher):
     quiet, busy = shop.start(sleep="1h"), shop.start(sleep="1h")
