@@ -172,3 +172,25 @@ def check_non_determinism_setting(app_configs: Any = None, **kwargs: Any) -> lis
             id="pikku_workflows.E003",
         )
     ]
+
+
+@register()
+def check_payload_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W008: Django refuses bodies it reads itself (the admin's forms, middleware that reads
+    `request.body`) over DATA_UPLOAD_MAX_MEMORY_SIZE, below the MAX_PAYLOAD_BYTES the engine and
+    the API accept: a payload the API takes would be refused there (docs/security-and-limits.md)."""
+    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    limit = pikku_settings.MAX_PAYLOAD_BYTES
+    if django_limit is None or django_limit >= limit:
+        return []
+    return [
+        Warning(
+            f"DATA_UPLOAD_MAX_MEMORY_SIZE ({django_limit} bytes) is below PIKKU_WORKFLOWS"
+            f"['MAX_PAYLOAD_BYTES'] ({limit} bytes): the HTTP API reads its bodies up to "
+            "MAX_PAYLOAD_BYTES, but the admin's forms (starting a run with its input) and any "
+            "middleware that reads request.body refuse bodies over Django's limit.",
+            hint=f"Make them agree: DATA_UPLOAD_MAX_MEMORY_SIZE = {limit}, or lower "
+            "MAX_PAYLOAD_BYTES to Django's limit.",
+            id="pikku_workflows.W008",
+        )
+    ]

@@ -30,6 +30,11 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
     # (tenants); applied after the owner rule, on every endpoint that reads a run.
     "RUN_QUERYSET_FILTER": None,
+    # Dotted path to `f(request) -> str`: the scope of the HTTP API's idempotency keys (tenants);
+    # keys of different scopes never meet.
+    "IDEMPOTENCY_SCOPE": None,
+    # Open event streams (`GET runs/{id}/events/`) one process serves; past it, 503.
+    "MAX_EVENT_STREAMS": 100,
     # What a replay that asks for another function at a recorded key does: "fail" the run with
     # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
     "ON_NON_DETERMINISM": "fail",

@@ -215,6 +215,16 @@ class ApprovalForbidden(WorkflowError):
         super().__init__(message)
 
 
+class SignalForbidden(WorkflowError):
+    """You may not send signals to this run."""
+
+    code = "SIGNAL_FORBIDDEN"
+
+    def __init__(self, message: str | None = None, *, run_id: object = None) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
 class ApprovalExpired(WorkflowError):
     """Nobody decided the approval before its deadline, and it was set to fail the run."""
 

@@ -47,6 +47,9 @@ class WorkflowRun(models.Model):
     code_version = models.CharField(max_length=64, blank=True, default="")
     inline = models.BooleanField(default=False)
     idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    # The namespace of `idempotency_key` (IDEMPOTENCY_SCOPE, `scope=`): keys of different scopes
+    # never meet. "" is the unscoped namespace every run started before scopes lives in.
+    idempotency_scope = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -80,7 +83,8 @@ class WorkflowRun(models.Model):
         constraints = [
             _choice_check("pikku_run_status_valid", RunStatus),
             models.UniqueConstraint(
-                fields=["workflow", "idempotency_key"], name="pikku_run_idempotency_key_unique"
+                fields=["workflow", "idempotency_scope", "idempotency_key"],
+                name="pikku_run_idempotency_key_unique",
             ),
         ]
         indexes = [
@@ -104,6 +108,7 @@ class WorkflowRun(models.Model):
             ("resume_workflowrun", "Can resume workflow runs"),
             ("retry_workflowrun", "Can retry workflow runs"),
             ("fork_workflowrun", "Can fork workflow runs"),
+            ("signal_workflowrun", "Can send signals to workflow runs"),
         ]
 
     def __str__(self) -> str:

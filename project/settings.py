@@ -98,6 +98,10 @@ SILENCED_SYSTEM_CHECKS = (
 
 AUTH_PASSWORD_VALIDATORS: list[dict] = []
 
+# Django's limit on the bodies it reads itself (the admin's forms) agrees with the payloads the
+# engine and the API accept (PIKKU_WORKFLOWS' MAX_PAYLOAD_BYTES, 10 MB; pikku_workflows.W008).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000_000
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -138,6 +138,11 @@ def run_link(admin_site: admin.AdminSite, run_id: uuid.UUID | str) -> SafeString
     )
 
 
+# Who may send the signal a run waits for (docs/security-and-limits.md), as its tooltip says.
+SIGNAL_SENDERS = (
+    "Sent with pw.send_signal or POST runs/<id>/signals/<name>/ by the run's starter or a "
+    "holder of “Can send signals to workflow runs”"
+)
 # What the run list calls each kind of wait, in plain words (leases are the engine's business).
 WAIT_LABELS: dict[str, str] = {WaitingKind.STEP: "queued", WaitingKind.LEASE: "worker lost"}
 
@@ -175,7 +180,9 @@ def describe_waiting(
     elif kind == WaitingKind.SUSPEND:
         detail = waiting.get("reason") or ""
     elif kind == WaitingKind.SIGNAL:
-        detail = waiting.get("signal") or ""
+        detail = format_html(
+            '<span title="{}">{}</span>', SIGNAL_SENDERS, waiting.get("signal", "")
+        )
     elif kind == WaitingKind.APPROVAL and waiting.get("until"):
         detail = format_html("due {}", format_moment(waiting["until"], now))
     step_key = waiting.get("step_key")

@@ -95,6 +95,7 @@ RUN_DATA_FIELDS = ("input_json", "output_json", "state_json")
 RUN_ENGINE_FIELDS = (
     "inline",
     "idempotency_key",
+    "idempotency_scope",
     "graph_hash",
     "code_version",
     "planned_steps",

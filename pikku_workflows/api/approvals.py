@@ -40,7 +40,10 @@ APPROVAL_ID = OpenApiParameter(
     "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="An approval id."
 )
 # What approve, reject and reassign answer: the approval as it now stands, or why not.
-ACTION_ANSWERS = {200: ApprovalSerializer, **errors(400, 403, 404, 409, described=APPROVAL_ERRORS)}
+ACTION_ANSWERS = {
+    200: ApprovalSerializer,
+    **errors(400, 403, 404, 409, 413, described=APPROVAL_ERRORS),
+}
 # The run and step columns an approval's dict reads; their JSON payloads stay in the database.
 DEFERRED = (
     "run__input",

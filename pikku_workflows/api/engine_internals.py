@@ -2,22 +2,25 @@
 so that an engine rename is a one-line change: the start that says whether it created the run
 (201 or 200), the summary builder (one run's summary from rows read in bulk, for the list), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
-the `pikku` command offer them too), and the approvals' reads (one approval as a dict from
+the `pikku` command offer them too), the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
-them)."""
+them), and which runs changed since a live event stream last read them."""
 
 from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
 from ..engine.operations.reads import summarize
+from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 
 __all__ = [
     "OPERATION_RULES",
     "Rule",
+    "RunMark",
     "approval_dict",
     "approval_pk",
+    "changed_runs",
     "decidable_by",
     "start_run",
     "summarize",

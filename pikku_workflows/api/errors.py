@@ -3,7 +3,8 @@
 Domain errors (`pw.WorkflowError`) keep their stable `code` and get the status docs/http-api.md gives it;
 DRF's own errors (authentication, permissions, routing, throttling) keep their status and name
 their code after DRF's (`NOT_AUTHENTICATED`, `PERMISSION_DENIED`, ...); validation and parse
-errors are `INVALID_INPUT`, validation errors with DRF's field detail under `fields`.
+errors are `INVALID_INPUT`, validation errors with DRF's field detail under `fields`; a body
+over a limit is 413 `PAYLOAD_TOO_LARGE`, naming the limit.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from rest_framework import exceptions, status
@@ -34,9 +36,21 @@ STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.IdempotencyConflict: status.HTTP_409_CONFLICT,
     pw.ApprovalResolved: status.HTTP_409_CONFLICT,
     pw.ApprovalForbidden: status.HTTP_403_FORBIDDEN,
+    pw.SignalForbidden: status.HTTP_403_FORBIDDEN,
     # Not among the documented codes' statuses; a 404 like every other id that names nothing (or nothing yours).
     pw.ApprovalNotFound: status.HTTP_404_NOT_FOUND,
 }
+
+
+class PayloadTooLarge(exceptions.APIException):
+    """A request body over a limit: the API's own (`MAX_PAYLOAD_BYTES`), or Django's
+    (`DATA_UPLOAD_MAX_MEMORY_SIZE`) where something read the body before the API did."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(f"The request body is over {limit} bytes, the limit ({setting}).")
 
 
 def status_of(error: pw.WorkflowError) -> int:
@@ -73,8 +87,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         body = {"code": INVALID_INPUT, "detail": f"The database refused a value: {exc}"}
         return Response(body, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, RequestDataTooBig):
-        body = {"code": INVALID_INPUT, "detail": f"{exc} (DATA_UPLOAD_MAX_MEMORY_SIZE)"}
-        return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        exc = PayloadTooLarge(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "DATA_UPLOAD_MAX_MEMORY_SIZE")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

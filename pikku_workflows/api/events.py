@@ -6,37 +6,49 @@ event (`id:` = its seq) until the run has ended, then an `end` event with the fi
   `summary` without an id (the client keeps N), then every event after N: nothing repeated,
   nothing skipped.
 - A comment line every HEARTBEAT_SECONDS keeps proxies from timing out and finds dead clients.
-- The stream polls the database every POLL_SECONDS with one cheap query (did the run, a step or
-  the audit trail change?) and re-reads the timeline only when something did (or every
-  RESYNC_SECONDS regardless).
 
-Under WSGI (runserver, gunicorn sync workers) the stream is a sync iterator: it holds a worker
-thread and one database connection for its lifetime. Under ASGI it is an async iterator whose
-queries run in the thread-sensitive executor, so it holds neither between polls.
+A stream waits for the process's watcher (`event_watcher`), which asks once per tick, in one
+query for every stream, which of their runs changed and wakes those streams; a woken stream
+reads its run (status, then timeline) and sends what is new, and reads every RESYNC_SECONDS
+regardless. Each read closes the connection it opened, and at most READERS reads run at once in
+a process: between reads a stream holds no database connection, under WSGI (a sync iterator in
+the request's thread) and ASGI (an async iterator, reading in the sync executor) alike. A stream
+takes a slot of `MAX_EVENT_STREAMS` first (`stream_slots`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db.models import Count, Max, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db import connections
+from django.http import StreamingHttpResponse
 from rest_framework.renderers import BaseRenderer
 
 import pikku_workflows as pw
 
-from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
+from ..models import WorkflowRun
 from ..status import TERMINAL_RUN_STATUSES
+from .engine_internals import RunMark, changed_runs
+from .event_watcher import watcher
+from .stream_slots import Slot
 
 HEARTBEAT_SECONDS = 15.0
-POLL_SECONDS = 0.5
 RESYNC_SECONDS = 15.0
+# Stream reads at once in a process: each opens (and closes) one database connection.
+READERS = 4
+
+_readers = threading.BoundedSemaphore(READERS)
+T = TypeVar("T")
 
 
 def sse(event: str, data: Any, *, event_id: int | None = None) -> str:
@@ -61,26 +73,47 @@ class EventStreamRenderer(BaseRenderer):
         return sse("error", data).encode()
 
 
+def release_connections() -> None:
+    """Close this thread's database connections, except one inside a transaction (a test's, or
+    the caller's own): a waiting stream holds none."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def read_released(read: Callable[[], T]) -> T:
+    """`read()`, with at most READERS at once in the process, its connection closed after."""
+    with _readers:
+        try:
+            return read()
+        finally:
+            release_connections()
+
+
 def _identity(event: dict[str, Any]) -> tuple[Any, ...]:
     """What makes an event the same event whatever seq it gets (operator actions have no step)."""
     return (event["step_key"], event["attempt"], event["event"], event["at"], event.get("user"))
 
 
 class RunEventStream:
-    """One stream's state: the events it sent. `open()` and `poll()` return the text to send."""
+    """One stream's state: the events it sent, the run's mark when it last read, when it last
+    read and wrote. `open()` and `refresh()` read and return the text to send."""
 
     def __init__(self, run_id: uuid.UUID, last_event_id: int | None) -> None:
         self.run_id = run_id
         self.last_event_id = last_event_id
         self.sent: set[tuple[Any, ...]] = set()
-        self.fingerprint: tuple[Any, ...] | None = None
+        self.mark: RunMark = None
         self.synced_at = 0.0
+        self.written_at = time.monotonic()
+        # Streams opened together (a dashboard's) spread their resyncs instead of reading at once.
+        self.resync_seconds = RESYNC_SECONDS * random.uniform(1.0, 1.5)
         self.done = False
 
     def open(self) -> list[str]:
-        # Probe, timeline, then summary: whatever happens between the reads is sent as an event
+        # Mark, timeline, then summary: whatever happens between the reads is sent as an event
         # (and may show in the summary already), never skipped.
-        self.fingerprint = self._probe()
+        self.mark = changed_runs({self.run_id: None}).get(self.run_id)
         events = self._read_timeline()
         summary = pw.get_run_status(self.run_id)
         if self.last_event_id is None:
@@ -95,19 +128,34 @@ class RunEventStream:
             chunks.append(self._end(summary))
         return chunks
 
-    def poll(self) -> list[str]:
+    def refresh(self) -> list[str]:
+        """The events not sent yet; then `end` if the run has ended (or is gone)."""
+        status = WorkflowRun.objects.filter(pk=self.run_id).values_list("status", flat=True)
         try:
-            fingerprint = self._probe()
-        except pw.RunNotFound:
-            self.done = True
-            return [sse("end", None)]
-        due = time.monotonic() - self.synced_at >= RESYNC_SECONDS
-        if fingerprint == self.fingerprint and not due:
-            return []
-        self.fingerprint = fingerprint
-        chunks = self._unsent(self._read_timeline())
-        if fingerprint[0] in TERMINAL_RUN_STATUSES:
-            chunks.append(self._end(pw.get_run_status(self.run_id)))
+            ended = status.get() in TERMINAL_RUN_STATUSES
+            chunks = self._unsent(self._read_timeline())
+            if ended:
+                chunks.append(self._end(pw.get_run_status(self.run_id)))
+        except (WorkflowRun.DoesNotExist, pw.RunNotFound):
+            return [self._end(None)]
+        return chunks
+
+    def should_read(self, woken: bool) -> bool:
+        return woken or time.monotonic() - self.synced_at >= self.resync_seconds
+
+    def wait_seconds(self) -> float:
+        """Until the next heartbeat or resync, whichever comes first."""
+        now = time.monotonic()
+        heartbeat = HEARTBEAT_SECONDS - (now - self.written_at)
+        return max(0.0, min(heartbeat, self.resync_seconds - (now - self.synced_at)))
+
+    def with_heartbeat(self, chunks: list[str]) -> list[str]:
+        """`chunks`, or a heartbeat when nothing was written for HEARTBEAT_SECONDS."""
+        now = time.monotonic()
+        if not chunks and now - self.written_at >= HEARTBEAT_SECONDS:
+            chunks = [HEARTBEAT]
+        if chunks:
+            self.written_at = now
         return chunks
 
     def _read_timeline(self) -> list[dict[str, Any]]:
@@ -123,57 +171,77 @@ class RunEventStream:
                 chunks.append(sse("timeline", event, event_id=event["seq"]))
         return chunks
 
-    def _end(self, summary: dict[str, Any]) -> str:
+    def _end(self, summary: dict[str, Any] | None) -> str:
         self.done = True
         return sse("end", summary)
 
-    def _probe(self) -> tuple[Any, ...]:
-        """One query: the run's status and last change, its steps' count and last change, and
-        its last audit entry. Every step and run write sets `updated_at`."""
-        steps = WorkflowStep.objects.filter(run_id=OuterRef("pk")).order_by().values("run_id")
-        audit = WorkflowAuditEntry.objects.filter(run_id=OuterRef("pk")).order_by()
-        row = (
-            WorkflowRun.objects.filter(pk=self.run_id)
-            .annotate(
-                steps_changed=Subquery(steps.annotate(last=Max("updated_at")).values("last")),
-                step_count=Coalesce(Subquery(steps.annotate(n=Count("pk")).values("n")), 0),
-                last_audit=Subquery(audit.values("run_id").annotate(last=Max("id")).values("last")),
-            )
-            .values_list("status", "updated_at", "steps_changed", "step_count", "last_audit")
-            .first()
-        )
-        if row is None:
-            raise pw.RunNotFound(self.run_id)
-        return tuple(row)
+
+def follow(stream: RunEventStream, slot: Slot, wake: Callable[[], None]) -> None:
+    """Have the watcher wake the stream when its run changes, until the slot is released."""
+    watch = watcher.watch(stream.run_id, stream.mark, wake)
+    slot.on_release(lambda: watcher.unwatch(watch))
 
 
-def sync_stream(stream: RunEventStream) -> Iterator[str]:
-    """The stream for WSGI: polls in the request's thread."""
-    yield from stream.open()
-    written = time.monotonic()
-    while not stream.done:
-        time.sleep(POLL_SECONDS)
-        chunks = stream.poll()
-        if chunks:
-            yield from chunks
-            written = time.monotonic()
-        elif time.monotonic() - written >= HEARTBEAT_SECONDS:
-            yield HEARTBEAT
-            written = time.monotonic()
+def sync_stream(stream: RunEventStream, slot: Slot) -> Iterator[str]:
+    """The stream for WSGI: waits in the request's thread, holding no connection."""
+    woken = threading.Event()
+    try:
+        release_connections()  # the view's reads are done
+        yield from read_released(stream.open)
+        if not stream.done:
+            follow(stream, slot, woken.set)
+        while not stream.done:
+            changed = woken.wait(stream.wait_seconds())
+            woken.clear()  # before the read: a change after it wakes the stream again
+            chunks = read_released(stream.refresh) if stream.should_read(changed) else []
+            yield from stream.with_heartbeat(chunks)
+    finally:
+        slot.release()
 
 
-async def async_stream(stream: RunEventStream) -> AsyncIterator[str]:
-    """The stream for ASGI: sleeps on the event loop, queries in the sync executor."""
-    for chunk in await sync_to_async(stream.open)():
-        yield chunk
-    written = time.monotonic()
-    while not stream.done:
-        await asyncio.sleep(POLL_SECONDS)
-        chunks = await sync_to_async(stream.poll)()
-        if chunks:
-            for chunk in chunks:
+async def async_stream(stream: RunEventStream, slot: Slot) -> AsyncIterator[str]:
+    """The stream for ASGI: waits on the event loop, reads in the sync executor."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # from the watcher's thread
+        # A closed loop: the stream is gone, and its slot with it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(woken.set)
+
+    try:
+        await sync_to_async(release_connections)()
+        for chunk in await sync_to_async(read_released)(stream.open):
+            yield chunk
+        if not stream.done:
+            follow(stream, slot, wake)
+        while not stream.done:
+            try:
+                await asyncio.wait_for(woken.wait(), stream.wait_seconds())
+                changed = True
+            except TimeoutError:
+                changed = False
+            woken.clear()
+            read = stream.should_read(changed)
+            chunks = await sync_to_async(read_released)(stream.refresh) if read else []
+            for chunk in stream.with_heartbeat(chunks):
                 yield chunk
-            written = time.monotonic()
-        elif time.monotonic() - written >= HEARTBEAT_SECONDS:
-            yield HEARTBEAT
-            written = time.monotonic()
+    finally:
+        slot.release()
+
+
+class EventStreamResponse(StreamingHttpResponse):
+    """A stream's response: passed through proxies unbuffered, and its slot given back when the
+    server closes it, or when it is dropped unclosed (an ASGI client that left early)."""
+
+    def __init__(self, content: Iterator[str] | AsyncIterator[str], slot: Slot) -> None:
+        super().__init__(content, content_type=EventStreamRenderer.media_type)
+        self["Cache-Control"] = "no-cache"
+        self["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
+        self._give_back = weakref.finalize(self, slot.release)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._give_back()

@@ -1,7 +1,8 @@
 """Who sees which runs and who may act on them (docs/http-api.md).
 
 Reads: holders of `view_workflowrun` see every run, other users the runs they started; the host's
-`RUN_QUERYSET_FILTER` hook narrows that further (tenants). A run outside that set does not
+`RUN_QUERYSET_FILTER` hook narrows that further (tenants), and its `IDEMPOTENCY_SCOPE` hook keeps
+each tenant's idempotency keys apart. A run outside that set does not
 exist for the user: 404 on every endpoint under it, before any permission is asked.
 Writes: starting a run needs `add_workflowrun`; each operation its own model permission
 (`cancel_workflowrun`, `suspend_…`, `resume_…`, `retry_…`, `fork_…`), else 403, run untouched.
@@ -17,6 +18,7 @@ import uuid
 from typing import Any
 
 from django.contrib.auth import get_permission_codename
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django.utils.module_loading import import_string
 from rest_framework.permissions import IsAuthenticated
@@ -58,6 +60,23 @@ def _narrowed(request: Request, runs: QuerySet[WorkflowRun]) -> QuerySet[Workflo
         narrow = import_string(hook) if isinstance(hook, str) else hook
         runs = narrow(request, runs)
     return runs
+
+
+def idempotency_scope(request: Request) -> str:
+    """The namespace of this request's idempotency keys: the host's IDEMPOTENCY_SCOPE hook
+    (`f(request) -> str`, e.g. the tenant), or "" without one. Keys of different scopes never
+    meet, so a tenant cannot learn that another tenant's key exists."""
+    hook = pikku_settings.IDEMPOTENCY_SCOPE
+    if not hook:
+        return ""
+    scope_of = import_string(hook) if isinstance(hook, str) else hook
+    scope = scope_of(request)
+    if not isinstance(scope, str):
+        raise ImproperlyConfigured(
+            f"IDEMPOTENCY_SCOPE must return a string (the scope of the request's idempotency "
+            f"keys), not {type(scope).__name__} {scope!r:.60}."
+        )
+    return scope
 
 
 def visible_approvals(request: Request) -> QuerySet[WorkflowApproval]:

@@ -77,11 +77,17 @@ RUN_ERRORS: dict[int, tuple[type, str]] = {
         "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
     ),
     409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
+    413: (ErrorSerializer, "PAYLOAD_TOO_LARGE: the body is over MAX_PAYLOAD_BYTES."),
 }
 
 # What the errors of a signal to a run carry.
 SIGNAL_ERRORS: dict[int, tuple[type, str]] = {
     **RUN_ERRORS,
+    403: (
+        ErrorSerializer,
+        "NOT_AUTHENTICATED (session); SIGNAL_FORBIDDEN: neither the run's starter nor a holder "
+        "of signal_workflowrun (audited `deny`, nothing kept).",
+    ),
     404: (ErrorSerializer, "RUN_NOT_FOUND (or not yours to see)."),
     409: (ErrorSerializer, "INVALID_TRANSITION: the run has ended and takes no more signals."),
 }

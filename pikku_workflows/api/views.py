@@ -14,8 +14,8 @@ from typing import Any
 
 from django.contrib.auth import get_permission_codename
 from django.core.handlers.asgi import ASGIRequest
+from django.db import transaction
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import StreamingHttpResponse
 from django_filters import utils as filter_utils
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
@@ -37,11 +37,17 @@ from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import OPERATION_RULES, Rule, start_run, summarize
 from .errors import exception_handler
-from .events import EventStreamRenderer, RunEventStream, async_stream, sync_stream
+from .events import (
+    EventStreamRenderer,
+    EventStreamResponse,
+    RunEventStream,
+    async_stream,
+    sync_stream,
+)
 from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
-from .permissions import RunPermission, visible_run_id, visible_runs
+from .permissions import RunPermission, idempotency_scope, visible_run_id, visible_runs
 from .schema import SIGNAL_ERRORS, documented, errors
 from .serializers import (
     BULK_OPTIONS,
@@ -65,6 +71,7 @@ from .serializers import (
     StateQuerySerializer,
     TimelineEventSerializer,
 )
+from .stream_slots import stream_slots
 
 # One Server-Sent Event as schema checkers read a text/event-stream body.
 SSE_EVENT = {
@@ -168,7 +175,7 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         responses={
             201: RunSummarySerializer,
             200: OpenApiResponse(RunSummarySerializer, description="The idempotency key's run."),
-            **errors(400, 404, 409),
+            **errors(400, 404, 409, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -177,7 +184,11 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         body = validated(StartRunSerializer, request.data)
         key = body["idempotency_key"]
         run_id, created = start_run(
-            name, body["input"], idempotency_key=key, started_by=request.user
+            name,
+            body["input"],
+            idempotency_key=key,
+            started_by=request.user,
+            scope=idempotency_scope(request) if key is not None else "",
         )
         if not created and not visible_runs(request).filter(pk=run_id).exists():
             # The key names a run this user may not see: saying so would show it.
@@ -228,7 +239,7 @@ def operation_route(rule: Rule) -> Callable[..., Response]:
     return documented(
         parameters=[RUN_ID],
         request=OperationSerializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409)},
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409, 413)},
     )(route)
 
 
@@ -249,6 +260,15 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     filter_backends = (DjangoFilterBackend,)
     filterset_class = RunFilterSet
     pagination_class = RunCursorPagination
+
+    @classmethod
+    def as_view(cls, actions: dict[str, str] | None = None, **initkwargs: Any) -> Any:
+        view = super().as_view(actions, **initkwargs)
+        if actions and "signals" in actions.values():
+            # The engine commits a refused signal's `deny` row before it answers 403:
+            # ATOMIC_REQUESTS' rollback of the request would undo it.
+            view = transaction.non_atomic_requests(view)
+        return view
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
         return visible_runs(self.request)
@@ -343,26 +363,24 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         },
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, EventStreamRenderer])
-    def events(self, request: Request, pk: str) -> StreamingHttpResponse:
+    def events(self, request: Request, pk: str) -> EventStreamResponse:
         run_id = self.run_id()
         resumed = request.headers.get("Last-Event-ID", request.query_params.get("last_event_id"))
         query = {} if resumed in (None, "") else {"last_event_id": resumed}
         stream = RunEventStream(
             run_id, validated(EventsQuerySerializer, query).get("last_event_id")
         )
+        slot = stream_slots.take()  # else 503 with Retry-After
         is_asgi = isinstance(request._request, ASGIRequest)
-        content = async_stream(stream) if is_asgi else sync_stream(stream)
-        response = StreamingHttpResponse(content, content_type=EventStreamRenderer.media_type)
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
-        return response
+        content = async_stream(stream, slot) if is_asgi else sync_stream(stream, slot)
+        return EventStreamResponse(content, slot)
 
     @documented(
         parameters=[RUN_ID],
         request=ForkSerializer,
         responses={
             200: OpenApiResponse(RunSummarySerializer, description="The new run's summary."),
-            **errors(400, 403, 404, 409),
+            **errors(400, 403, 404, 409, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -385,16 +403,18 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 description="Delivered to the wait for it, or kept until one is reached; the "
                 "run's summary.",
             ),
-            **errors(400, 404, 409, described=SIGNAL_ERRORS),
+            **errors(400, 403, 404, 409, 413, described=SIGNAL_ERRORS),
         },
     )
     # Any name `wf.wait_for_signal` may wait for (slashes and line breaks too) reaches the
     # engine, which refuses the ones it would not store as a 400, never a routing 404.
     @action(detail=True, methods=["post"], url_path=r"signals/(?P<name>[\s\S]+)")
     def signals(self, request: Request, pk: str, name: str) -> Response:
-        """Send the signal `name` with `payload` to a run you may see (audited `signal`); an
-        ended run refuses it (409 INVALID_TRANSITION), never silently dropped. The engine
-        checks the name as `wf.wait_for_signal` does (text, at most 200 characters)."""
+        """Send the signal `name` with `payload` to a run you may see and started, or to any
+        run you may see with `signal_workflowrun` (else 403 SIGNAL_FORBIDDEN, audited `deny`);
+        audited `signal`. An ended run refuses it (409 INVALID_TRANSITION), never silently
+        dropped. The engine checks the name as `wf.wait_for_signal` does (text, at most 200
+        characters)."""
         run_id = self.run_id()
         body = validated(SignalSerializer, request.data)
         summary = pw.send_signal(run_id, name, body["payload"], by=request.user)
@@ -410,7 +430,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
             )
         ],
         request=BulkSerializer,
-        responses={200: BulkResultSerializer, **errors(400, 404)},
+        responses={200: BulkResultSerializer, **errors(400, 404, 413)},
     )
     @action(
         detail=False,

@@ -19,6 +19,8 @@ operations, what adapters call:
 - `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.
+- `operations.run_changes`: which of many runs changed since a reader's mark, in one query
+  (what live event streams wait on).
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
 - `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop.

@@ -77,6 +77,7 @@ def operator(make_user: Callable[..., Any]) -> Any:
         "resume_workflowrun",
         "retry_workflowrun",
         "fork_workflowrun",
+        "signal_workflowrun",
     )
 
 

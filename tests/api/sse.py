@@ -81,4 +81,5 @@ class EventStream:
                 return event
 
     def close(self) -> None:
+        self.response.close()  # its file holds the socket open otherwise
         self.connection.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
@@ -136,6 +137,52 @@ def test_start__idempotency_key_of_a_run_someone_else_started_does_not_show_it(
     assert bobs.json()["id"] not in json.dumps(response.json())
 
 
+def tenant_of(request):
+    """A host's IDEMPOTENCY_SCOPE: the tenant is the user's last name."""
+    return request.user.last_name
+
+
+def runs_of_tenant(request, runs):
+    """A host's RUN_QUERYSET_FILTER: a tenant sees the runs its users started."""
+    return runs.filter(started_by__last_name=request.user.last_name)
+
+
+def test_start__tenants_keys_never_meet_so_another_tenants_key_is_not_shown(
+    shop, make_user, client_for, settings
+):
+    settings.PIKKU_WORKFLOWS = {
+        "RUN_QUERYSET_FILTER": f"{__name__}.runs_of_tenant",
+        "IDEMPOTENCY_SCOPE": f"{__name__}.tenant_of",
+    }
+    acme = client_for(make_user("a", "add_workflowrun", "view_workflowrun", last_name="acme"))
+    globex = client_for(make_user("g", "add_workflowrun", "view_workflowrun", last_name="globex"))
+    body = {"input": {"amount": 1}, "idempotency_key": "order-7"}
+    acmes = acme.post(START, body, format="json")
+
+    # Acme's key and input from globex: globex's own run, where a 409 would show acme's key.
+    globexs = globex.post(START, body, format="json")
+    conflict = globex.post(START, {**body, "input": {"amount": 2}}, format="json")
+    acme_again = acme.post(START, body, format="json")
+
+    assert (acmes.status_code, globexs.status_code) == (201, 201)
+    assert globexs.json()["id"] != acmes.json()["id"]
+    assert conflict.status_code == 409  # within its own scope, the key is globex's
+    assert (acme_again.status_code, acme_again.json()["id"]) == (200, acmes.json()["id"])
+    assert WorkflowRun.objects.get(pk=globexs.json()["id"]).idempotency_scope == "globex"
+    assert WorkflowRun.objects.get(pk=acmes.json()["id"]).idempotency_scope == "acme"
+
+
+def test_start__a_scope_hook_that_answers_no_text_is_a_configuration_error(
+    shop, operator_api, settings
+):
+    settings.PIKKU_WORKFLOWS = {"IDEMPOTENCY_SCOPE": lambda request: None}
+
+    with pytest.raises(ImproperlyConfigured, match="IDEMPOTENCY_SCOPE must return a string"):
+        operator_api.post(START, {"input": {}, "idempotency_key": "k"}, format="json")
+
+    assert not WorkflowRun.objects.exists()
+
+
 def test_start__unknown_workflow_is_workflow_not_found(operator_api):
     response = operator_api.post(API + "definitions/nope/runs/", {}, format="json")
 
@@ -201,13 +248,32 @@ def test_start__input_the_database_cannot_store_is_invalid_input(shop, operator_
     assert not WorkflowRun.objects.exists()
 
 
-def test_start__body_over_django_upload_limit_is_invalid_input(shop, operator_api, settings):
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+def test_start__an_input_over_djangos_upload_limit_within_max_payload_bytes_is_accepted(
+    shop, operator_api, settings
+):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # the API reads its bodies to its own limit
 
     response = operator_api.post(START, {"input": "x" * 2000}, format="json")
 
-    assert response.status_code == 400
-    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["detail"]
+    assert response.status_code == 201, response.json()
+    assert WorkflowRun.objects.get().input == "x" * 2000
+
+
+@pytest.mark.parametrize("url", [START, f"{API}runs/bulk/cancel/"])
+def test_start__a_body_over_max_payload_bytes_is_payload_too_large_naming_the_limit(
+    shop, operator_api, settings, url
+):
+    settings.PIKKU_WORKFLOWS = {"MAX_PAYLOAD_BYTES": 1000}
+
+    response = operator_api.post(url, {"input": "x" * 1000}, format="json")
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "code": "PAYLOAD_TOO_LARGE",
+        "detail": "The request body is over 1000 bytes, the limit (MAX_PAYLOAD_BYTES).",
+    }
+    assert not WorkflowRun.objects.exists()
+    assert operator_api.post(START, {"input": "x" * 900}, format="json").status_code == 201
 
 
 def test_start__form_encoded_body_is_unsupported_media_type(shop, operator_api):

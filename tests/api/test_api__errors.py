@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from rest_framework import exceptions
 
 import pikku_workflows as pw
-from pikku_workflows.api.errors import exception_handler
+from pikku_workflows.api.errors import PayloadTooLarge, exception_handler
+from pikku_workflows.api.parsers import StrictJSONParser
 
 
 @pytest.mark.parametrize(
@@ -20,6 +24,7 @@ from pikku_workflows.api.errors import exception_handler
         (pw.IdempotencyConflict("w", "k"), 409, "IDEMPOTENCY_CONFLICT"),
         (pw.ApprovalResolved(), 409, "APPROVAL_RESOLVED"),
         (pw.ApprovalForbidden(), 403, "APPROVAL_FORBIDDEN"),
+        (pw.SignalForbidden(), 403, "SIGNAL_FORBIDDEN"),
     ],
 )
 def test_handler__domain_errors_answer_design_statuses_with_code_and_detail(error, status, code):
@@ -101,6 +106,27 @@ def test_handler__a_value_the_database_refuses_is_invalid_input():
 
     assert response.status_code == 400
     assert response.data["code"] == "INVALID_INPUT"
+
+
+def test_handler__a_body_django_refused_is_payload_too_large_naming_djangos_limit(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    response = exception_handler(RequestDataTooBig("too big"), {})
+
+    assert response.status_code == 413
+    assert response.data == {
+        "code": "PAYLOAD_TOO_LARGE",
+        "detail": "The request body is over 1000 bytes, the limit (DATA_UPLOAD_MAX_MEMORY_SIZE).",
+    }
+
+
+def test_parser__a_body_without_a_declared_length_is_refused_past_the_limit(settings):
+    settings.PIKKU_WORKFLOWS = {"MAX_PAYLOAD_BYTES": 10}
+    parser = StrictJSONParser()
+
+    assert parser.parse(io.BytesIO(b'"12345678"')) == "12345678"
+    with pytest.raises(PayloadTooLarge, match="over 10 bytes"):
+        parser.parse(io.BytesIO(b'"123456789"'))
 
 
 def test_handler__anything_else_is_left_to_django():

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
 import pikku_workflows as pw
-from pikku_workflows.api import events
+from pikku_workflows.api import event_watcher, events
 from tests.api.conftest import API
 from tests.api.sse import EventStream, parse_events
 from tests.queue import drain_queue
@@ -30,7 +30,7 @@ def streamed(response: Any) -> str:
 
 @pytest.fixture
 def fast_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(events, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.02)
     monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.2)
 
 
@@ -107,7 +107,7 @@ def test_events__run_not_visible_is_not_found_as_json_or_as_an_error_event(
 
 @pytest.mark.django_db
 def test_events__heartbeat_comment_while_nothing_happens(shop, operator_api, monkeypatch):
-    monkeypatch.setattr(events, "POLL_SECONDS", 0)
+    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0)
     monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0)
     run = shop.start(sleep="1h")
     response = operator_api.get(events_url(run.pk))
@@ -141,7 +141,7 @@ def test_events__under_asgi_the_stream_is_an_async_iterator(shop, operator):
 
 @pytest.mark.django_db
 def test_events__under_asgi_a_live_run_gets_heartbeats(shop, operator, monkeypatch):
-    monkeypatch.setattr(events, "POLL_SECONDS", 0)
+    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0)
     monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0)
     run = shop.start(sleep="1h")
     client = AsyncClient()

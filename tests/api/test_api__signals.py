@@ -1,7 +1,8 @@
 """`POST runs/{id}/signals/{name}/`: 202 with the run's summary, delivered to the wait for it or
 kept until one is reached, any JSON payload, audited with the sender; an ended run refuses it
 (409), an unknown or invisible run is a 404 and nothing is written; names are checked as
-`wf.wait_for_signal` checks them (400); the run visibility rule decides who may send."""
+`wf.wait_for_signal` checks them (400); a run you may see takes signals from its starter and
+from holders of `signal_workflowrun` (else 403, audited `deny`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from pikku_workflows.models import WorkflowAuditEntry, WorkflowRun, WorkflowSignal
@@ -180,10 +182,52 @@ def test_signal__the_runs_owner_needs_no_permission(shop, alice, client_for):
     assert send(client_for(alice), run, 1).status_code == 202
 
 
-def test_signal__a_reader_of_every_run_signals_any(make_user, client_for, waiting):
-    api = client_for(make_user("reader", "view_workflowrun"))
+def test_signal__a_reader_of_every_run_may_not_signal_anothers_run_and_the_refusal_is_audited(
+    make_user, client_for, waiting
+):
+    reader = make_user("reader", "view_workflowrun")
+
+    response = send(client_for(reader), waiting, 1)
+
+    assert (response.status_code, response.json()["code"]) == (403, "SIGNAL_FORBIDDEN")
+    assert "signal_workflowrun" in response.json()["detail"]
+    assert not WorkflowSignal.objects.exists()
+    (deny,) = WorkflowAuditEntry.objects.filter(run_id=waiting.pk)
+    assert (deny.action, deny.user, deny.payload) == (
+        "deny",
+        reader,
+        {"operation": "signal", "signal": NAME},
+    )
+    assert load_run(waiting.pk).status == RunStatus.RUNNING
+
+
+def test_signal__a_holder_of_the_signal_permission_signals_any_run_it_sees(
+    make_user, client_for, waiting
+):
+    api = client_for(make_user("webhooks", "view_workflowrun", "signal_workflowrun"))
 
     assert send(api, waiting, 1).status_code == 202
+    assert WorkflowSignal.objects.get(run=waiting).sent_by.username == "webhooks"
+
+
+def test_signal__the_permission_does_not_show_a_run_you_may_not_see(make_user, client_for, waiting):
+    response = send(client_for(make_user("blind", "signal_workflowrun")), waiting, 1)
+
+    assert (response.status_code, response.json()["code"]) == (404, "RUN_NOT_FOUND")
+    assert not WorkflowAuditEntry.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signal__under_atomic_requests_a_refusal_keeps_its_deny_row(
+    monkeypatch, make_user, client_for, waiting
+):
+    # As a host may set it (the `settings` fixture cannot: the connection keeps its own copy).
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+
+    response = send(client_for(make_user("reader", "view_workflowrun")), waiting, 1)
+
+    assert response.status_code == 403
+    assert WorkflowAuditEntry.objects.get(run_id=waiting.pk).action == "deny"
 
 
 def test_signal__the_tenant_hook_narrows_who_may_signal(operator, operator_api, waiting, settings):

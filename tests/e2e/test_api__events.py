@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission
 
 import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
-from pikku_workflows.api import events
+from pikku_workflows.api import event_watcher, events
 from tests.api.sse import EventStream
 
 pytestmark = [
@@ -50,7 +50,7 @@ def start_through_the_api(base_url: str) -> str:
 def test_events__a_real_worker_advances_the_run_while_a_client_watches_and_reconnects(
     live_server, start_worker, watcher, monkeypatch
 ):
-    monkeypatch.setattr(events, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.05)
     monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.5)
     start_worker()
     run_id = start_through_the_api(live_server.url)

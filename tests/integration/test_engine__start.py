@@ -203,6 +203,49 @@ def test_start_workflow__idempotency_key_is_scoped_per_workflow():
 
 
 @transactional
+def test_start_workflow__keys_of_different_scopes_never_meet():
+    @pw.workflow("start.scoped")
+    def scoped(wf, input):
+        return input
+
+    acme = pw.start_workflow("start.scoped", {"n": 1}, idempotency_key="order-7", scope="acme")
+    # Another tenant's same key with another input: a run of its own, not a conflict.
+    globex = pw.start_workflow("start.scoped", {"n": 2}, idempotency_key="order-7", scope="globex")
+    unscoped = pw.start_workflow("start.scoped", {"n": 3}, idempotency_key="order-7")
+    again = pw.start_workflow("start.scoped", {"n": 1}, idempotency_key="order-7", scope="acme")
+
+    assert len({acme, globex, unscoped}) == 3
+    assert again == acme
+    with pytest.raises(pw.IdempotencyConflict):
+        pw.start_workflow("start.scoped", {"n": 9}, idempotency_key="order-7", scope="globex")
+    stored = WorkflowRun.objects.filter(workflow="start.scoped").order_by("idempotency_scope")
+    assert list(stored.values_list("idempotency_scope", "idempotency_key")) == [
+        ("", "order-7"),
+        ("acme", "order-7"),
+        ("globex", "order-7"),
+    ]
+
+
+@transactional
+@pytest.mark.parametrize(
+    ("scope", "mentioned"),
+    [("s" * 256, "256 characters"), (7, "must be a string"), ("a\x00b", "NUL")],
+)
+def test_start_workflow__a_scope_that_cannot_be_stored_is_refused_whole(scope, mentioned):
+    @pw.workflow("start.bad_scope")
+    def bad_scope(wf, input):
+        return input
+
+    with pytest.raises(pw.InvalidInput, match=mentioned):
+        pw.start_workflow("start.bad_scope", idempotency_key="k", scope=scope)
+
+    assert not WorkflowRun.objects.filter(workflow="start.bad_scope").exists()
+    # The longest scope that fits is kept whole, never truncated.
+    run_id = pw.start_workflow("start.bad_scope", idempotency_key="k", scope="s" * 255)
+    assert load_run(run_id).idempotency_scope == "s" * 255
+
+
+@transactional
 def test_start_workflow__started_by_shows_as_the_username():
     seen = []
 

@@ -87,7 +87,7 @@ def test_signals__sent_before_the_wait_are_kept_and_taken_in_order(payment_flow)
 
 
 def test_signal__every_one_is_audited_with_who_sent_it(payment_flow):
-    sender = person("gateway", decide=False)
+    sender = person("gateway", decide=False, perms=("signal_workflowrun",))
     run_id = start_queued(payment_flow)
 
     pw.send_signal(run_id, "payment.settled", {"n": 1}, by=sender)
@@ -100,6 +100,41 @@ def test_signal__every_one_is_audited_with_who_sent_it(payment_flow):
     ]
     timeline = [event for event in pw.get_run_timeline(run_id) if event["event"] == "signal"]
     assert [event["user"] for event in timeline] == ["gateway", None]
+
+
+def test_signal__by_someone_neither_the_starter_nor_a_holder_of_the_permission_is_refused(
+    payment_flow,
+):
+    starter = person("starter", decide=False)
+    run_id = pw.start_workflow(payment_flow, {}, started_by=starter)
+    reader = person("reader", decide=False, perms=("view_workflowrun",))
+    retired = person("retired", decide=False, perms=("signal_workflowrun",))
+    type(retired).objects.filter(pk=retired.pk).update(is_active=False)
+    retired.is_active = False
+
+    for refused in (reader, retired):
+        with pytest.raises(pw.SignalForbidden) as caught:
+            pw.send_signal(run_id, "payment.settled", {"n": 1}, by=refused)
+        assert caught.value.code == "SIGNAL_FORBIDDEN"
+        assert "signal_workflowrun" in caught.value.message
+
+    assert not WorkflowSignal.objects.exists()
+    denials = WorkflowAuditEntry.objects.filter(run_id=run_id).order_by("id")
+    assert [(e.action, e.user, e.payload) for e in denials] == [
+        ("deny", refused, {"operation": "signal", "signal": "payment.settled"})
+        for refused in (reader, retired)
+    ]
+    # Its starter needs no permission; code that names nobody is not checked.
+    pw.send_signal(run_id, "payment.settled", {"n": 1}, by=starter)
+    pw.send_signal(run_id, "payment.settled", {"n": 2})
+    assert WorkflowSignal.objects.filter(run_id=run_id).count() == 2
+
+
+def test_signal__a_refusal_on_an_unknown_run_is_run_not_found():
+    with pytest.raises(pw.RunNotFound):
+        pw.send_signal(
+            "00000000-0000-0000-0000-000000000000", "x", by=person("reader", decide=False)
+        )
 
 
 def test_timeout__raises_signal_timeout_in_the_body_which_may_catch_it():

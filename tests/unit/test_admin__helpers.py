@@ -156,6 +156,10 @@ def test_describe_waiting__each_kind():
     )
     assert text({"kind": "suspend", "reason": "manual review"}) == "suspend manual review"
     assert text({"kind": "approval", "step_key": "ok", "approval_id": 1}) == "approval ok"
+    signal = {"kind": "signal", "step_key": "paid", "signal": "payment.settled"}
+    assert text(signal) == "signal paid payment.settled"
+    # Who may send it, where an operator looks for it.
+    assert "Can send signals to workflow runs" in describe_waiting(site, signal, now)
 
 
 def test_waiting_on_filter__offers_every_waiting_kind_in_its_words():

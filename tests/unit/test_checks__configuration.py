@@ -3,7 +3,11 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from pikku_workflows.checks import check_database, check_queue_configuration
+from pikku_workflows.checks import (
+    check_database,
+    check_payload_limits,
+    check_queue_configuration,
+)
 
 RECOMMENDED = {
     "name": "pikku",
@@ -57,3 +61,27 @@ def test_database_checks__sqlite_warns_single_machine_only():
 
     found = "pikku_workflows.W004" in ids(check_database())
     assert found == (connections["default"].vendor == "sqlite")
+
+
+@pytest.mark.parametrize(
+    ("django_limit", "pikku_limit", "warns"),
+    [
+        (2_621_440, 10_000_000, True),  # Django's default below pikku's
+        (10_000_000, 10_000_000, False),
+        (None, 10_000_000, False),  # Django sets no limit
+        (2_621_440, 2_000_000, False),
+    ],
+)
+def test_payload_checks__djangos_limit_below_max_payload_bytes_warns(
+    django_limit, pikku_limit, warns
+):
+    with override_settings(
+        DATA_UPLOAD_MAX_MEMORY_SIZE=django_limit,
+        PIKKU_WORKFLOWS={"MAX_PAYLOAD_BYTES": pikku_limit},
+    ):
+        messages = check_payload_limits()
+
+    assert ids(messages) == ({"pikku_workflows.W008"} if warns else set())
+    if warns:
+        assert f"({django_limit} bytes)" in messages[0].msg
+        assert f"({pikku_limit} bytes)" in messages[0].msg

@@ -10,6 +10,7 @@ import logging
 import time
 import warnings
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -57,8 +58,12 @@ def start_workflow(
     idempotency_key: str | None = None,
     started_by: Any = None,
     subject: Any = None,
+    scope: str = "",
 ) -> str:
     """Create a run and return its id; never raises for a failing body (the run records it).
+
+    `idempotency_key` names the run within its `scope` (a tenant, say): the same key and input
+    in the same scope return the same run, and keys of different scopes never meet.
 
     `inline=True` drives the run in this process until it completes, fails or parks. Inside an
     open `transaction.atomic()` the run (and an inline pass) live in that transaction: they
@@ -71,6 +76,7 @@ def start_workflow(
         idempotency_key=idempotency_key,
         started_by=started_by,
         subject=subject,
+        scope=scope,
     )
     return run_id
 
@@ -83,6 +89,7 @@ def start_run(
     idempotency_key: str | None = None,
     started_by: Any = None,
     subject: Any = None,
+    scope: str = "",
 ) -> tuple[str, bool]:
     """`start_workflow`, also saying whether this call created the run (False: the run the
     idempotency key already named, including when another caller's insert won the race)."""
@@ -98,9 +105,11 @@ def start_run(
         raise InvalidInput(f"The input of {name!r} is not storable JSON: {exc}") from exc
     if idempotency_key is not None:
         checked_text(idempotency_key, "The idempotency_key", max_length=KEY_MAX_LENGTH)
+    checked_text(scope, "The idempotency scope", max_length=KEY_MAX_LENGTH, allow_empty=True)
     fields = {"started_by": checked_user(started_by, "started_by"), **_subject_fields(subject)}
     holder = new_lease_holder() if inline else None
-    run, created = _create_or_reuse(name, input, holder, idempotency_key, fields)
+    key = IdempotencyKey(name, scope, idempotency_key)
+    run, created = _create_or_reuse(key, input, holder, fields)
     if created:
         _begin(run, holder)
     return str(run.pk), created
@@ -130,38 +139,55 @@ def _subject_fields(subject: Any) -> dict[str, Any]:
     return {"subject_type": ContentType.objects.get_for_model(subject), "subject_id": subject_id}
 
 
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """What names a run for its idempotency: its workflow, the key's scope, and the key (None:
+    the run has no key, and every start creates one)."""
+
+    workflow: str
+    scope: str
+    key: str | None
+
+    def existing_run(self) -> WorkflowRun | None:
+        if self.key is None:
+            return None
+        return WorkflowRun.objects.filter(
+            workflow=self.workflow, idempotency_scope=self.scope, idempotency_key=self.key
+        ).first()
+
+
 def _create_or_reuse(
-    name: str, input: Any, holder: str | None, key: str | None, fields: dict[str, Any]
+    key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any]
 ) -> tuple[WorkflowRun, bool]:
     """The new run (an inline one born leased to `holder`), or the one `key` already names."""
-    if key is not None:
-        existing = WorkflowRun.objects.filter(workflow=name, idempotency_key=key).first()
-        if existing is not None:
-            return _same_input(existing, input, key), False
+    existing = key.existing_run()
+    if existing is not None:
+        return _same_input(existing, input, key), False
     # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError).
     guarded = transaction.atomic if transaction.get_connection().in_atomic_block else nullcontext
     try:
         with guarded():
             run = create_run_row(
-                name,
+                key.workflow,
                 input,
                 inline=holder is not None,
                 lease_holder=holder,
-                idempotency_key=key,
+                idempotency_key=key.key,
+                idempotency_scope=key.scope,
                 **fields,
             )
     except IntegrityError:
         # Another caller created the run with this key between our read and insert.
-        existing = WorkflowRun.objects.filter(workflow=name, idempotency_key=key).first()
-        if key is None or existing is None:
+        existing = key.existing_run()
+        if existing is None:
             raise
         return _same_input(existing, input, key), False
     return run, True
 
 
-def _same_input(run: WorkflowRun, input: Any, key: str) -> WorkflowRun:
+def _same_input(run: WorkflowRun, input: Any, key: IdempotencyKey) -> WorkflowRun:
     if run.input != input:
-        raise IdempotencyConflict(run.workflow, key)
+        raise IdempotencyConflict(run.workflow, key.key or "")
     return run
 
 

@@ -1,7 +1,11 @@
 """`pw.send_signal`: an external event for a run. It is kept until a `wf.wait_for_signal` for
 its name takes it (at once when one is waiting), audited as `signal`, and the run's pass is
 enqueued after the commit when a wait took it. A signal to an ended run is refused
-(`InvalidTransition`), to an unknown one `RunNotFound`: never silently dropped."""
+(`InvalidTransition`), to an unknown one `RunNotFound`: never silently dropped.
+
+A signal sent on someone's behalf (`by=`) needs them to be the run's starter or to hold
+`SIGNAL_PERMISSION`; a refusal is `SignalForbidden`, audited `deny` (docs/approvals-and-signals.md).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,8 @@ from typing import Any
 from django.db import transaction
 
 from ...dispatch import enqueue_orchestration
-from ...exceptions import InvalidInput, InvalidTransition, RunNotFound
-from ...models import WorkflowAuditEntry
+from ...exceptions import InvalidInput, InvalidTransition, RunNotFound, SignalForbidden
+from ...models import WorkflowAuditEntry, WorkflowRun
 from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES
 from ...validation import NAME_MAX_LENGTH, checked_text
@@ -20,9 +24,16 @@ from ..store.signal_rows import deliver_signals_txn, keep_signal_txn
 from .reads import get_run_status, run_pk
 from .runs import checked_user
 
+# Who may send a signal to a run besides its starter (the model permission the admin grants).
+SIGNAL_PERMISSION = "pikku_workflows.signal_workflowrun"
+
 
 def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) -> dict[str, Any]:
-    """Send the signal `name` with `payload` (any JSON) to the run; returns its status summary."""
+    """Send the signal `name` with `payload` (any JSON) to the run; returns its status summary.
+
+    `by` is who sends it: the run's starter or a holder of `signal_workflowrun`, else
+    `SignalForbidden`. Without `by` (your own code: a webhook's view, a step) nobody is checked.
+    """
     pk = run_pk(run_id)
     checked_text(name, "A signal name", max_length=NAME_MAX_LENGTH)
     try:
@@ -30,6 +41,8 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
     except NotStorableJson as exc:
         raise InvalidInput(f"The payload of signal {name!r} is not storable JSON: {exc}") from exc
     by = checked_user(by, "by")
+    if by is not None:
+        _check_may_signal(pk, name, by)
     with transaction.atomic():
         status = lock_run_for_signals_txn(pk)
         if status is None:
@@ -58,3 +71,31 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
         if taken:
             enqueue_orchestration(pk)  # after the commit
     return get_run_status(pk)
+
+
+def may_signal(user: Any, started_by_id: Any) -> bool:
+    """Whether `user` may send signals to a run `started_by_id` started."""
+    if not user.is_active:
+        return False
+    return bool(user.pk == started_by_id or user.has_perm(SIGNAL_PERMISSION))
+
+
+def _check_may_signal(pk: Any, name: str, by: Any) -> None:
+    """Refuse (`SignalForbidden`) a sender who may not signal the run, with a committed `deny`
+    audit row, as a refused approval decision is recorded."""
+    run = WorkflowRun.objects.filter(pk=pk).values_list("started_by_id").first()
+    if run is None:
+        raise RunNotFound(pk)
+    if may_signal(by, run[0]):
+        return
+    why = (
+        f"{by.get_username()} neither started run {pk} nor holds the permission {SIGNAL_PERMISSION}"
+    )
+    WorkflowAuditEntry.objects.create(
+        run_id=pk,
+        action="deny",
+        user=by,
+        reason=why,
+        payload={"operation": "signal", "signal": name},
+    )
+    raise SignalForbidden(why, run_id=pk)
