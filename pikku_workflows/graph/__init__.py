@@ -13,11 +13,13 @@ from .definition import (
 )
 from .inputs import Scope, resolve, resolve_node_input
 from .nodes import GraphNode
-from .planner import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan, plan
+from .planner import DEFAULT_MAX_ITEMS, Planner, plan
+from .plans import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan
 from .snapshot import NodeState
 from .validation import definition_problems, function_problems, structure_problems
 
 __all__ = [
+    "DEFAULT_MAX_ITEMS",
     "GRAPH_MAX_VISITS",
     "GRAPH_NODE_FAILED",
     "Fire",
@@ -25,6 +27,7 @@ __all__ = [
     "GraphNode",
     "NodeState",
     "Plan",
+    "Planner",
     "Scope",
     "canonical_json",
     "definition_hash",

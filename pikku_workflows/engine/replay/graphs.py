@@ -15,7 +15,7 @@ from typing import Any
 from ...conf import pikku_settings
 from ...control_flow import RunParked
 from ...exceptions import ApprovalExpired, GraphRunFailed, StepFailed
-from ...graph import Fire, GraphDefinition, NodeState, plan
+from ...graph import Fire, GraphDefinition, NodeState, Planner
 from ...models import WorkflowStep
 from ...retry import RetryPolicy
 from ...status import StepKind
@@ -64,8 +64,12 @@ class _GraphPass:
         self.parked: set[str] = set()
 
     def run(self) -> Any:
+        steps = node_states(self.rp.steps.values())
+        planner = Planner(
+            self.definition, self.trigger, steps, max_items=pikku_settings.MAX_FAN_OUT
+        )
         while True:
-            decided = plan(self.definition, self.trigger, node_states(self.rp.steps.values()))
+            decided = planner.plan()
             if decided.failure is not None:
                 raise GraphRunFailed(decided.failure)
             if decided.completed:
@@ -77,6 +81,9 @@ class _GraphPass:
                 self._drive_in_flight(waiting)
             else:
                 raise RunParked(decided.in_flight[0] if decided.in_flight else "")
+            # Only the instances this round started or drove can have moved.
+            moved = [fire.key for fire in decided.fire] + list(decided.in_flight)
+            planner.record(node_states(self.rp.steps[key] for key in moved if key in self.rp.steps))
 
     def _start(self, fires: tuple[Fire, ...], *, last_of_pass: bool) -> None:
         """Start every fired instance: queued ones first, each recorded pending and handed to
