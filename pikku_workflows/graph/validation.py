@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from ..exceptions import InvalidInput
-from ..serialization import NotStorableJson, round_trip
+from ..serialization import NestedTooDeeply, NotStorableJson, round_trip
 from ..step_keys import RESERVED_KEY_CHARACTERS
 from .graph_rules import graph_problems
 from .node_checks import node_problems
@@ -22,9 +22,17 @@ NODE_ID_MAX_LENGTH = 200
 FunctionNames = Collection[str] | Callable[[str], bool]
 
 
-def structure_problems(raw: Any) -> list[str]:
-    """Every problem with the definition itself, step function names aside."""
-    raw = _as_json(raw)
+def structure_problems(raw: Any, *, max_nodes: int | None = None) -> list[str]:
+    """Every problem with the definition itself, step function names aside. A graph of more
+    than `max_nodes` nodes, or nested too deeply to walk, is refused with that one problem."""
+    if isinstance(raw, dict) and isinstance(raw.get("nodes"), dict):
+        count = len(raw["nodes"])
+        if max_nodes is not None and count > max_nodes:
+            return [f"the graph has {count} nodes; at most {max_nodes} (GRAPH_MAX_NODES)"]
+    try:
+        raw = _as_json(raw)
+    except NestedTooDeeply as exc:
+        return [f"the definition is not storable JSON: {exc}"]
     if not isinstance(raw, dict):
         return [f"a graph definition is an object with 'entry' and 'nodes', not {raw!r}"]
     problems = [f"unknown option {key!r}" for key in sorted(set(raw) - TOP_LEVEL_OPTIONS, key=str)]
@@ -90,9 +98,11 @@ def build_nodes(raw_nodes: Any) -> dict[str, GraphNode]:
 
 def _as_json(raw: Any) -> Any:
     """The definition as it will be stored (tuples become lists); as given when it is not
-    storable, so the node checks can say where."""
+    storable, so the node checks can say where (NestedTooDeeply: nothing may walk it)."""
     try:
         return round_trip(raw)
+    except NestedTooDeeply:
+        raise
     except NotStorableJson:
         return raw
 
