@@ -34,10 +34,13 @@ _own_slot: int | None = None
 
 def arrange_forked_children() -> None:
     """From now on every fork of this process closes DB connections first (a socket must not be
-    shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
+    shared across processes), the child dies with its parent and releases leases on SIGTERM, and
+    the processes log a database or queue outage once between them."""
     global _main_pid, _step_counts
     from .engine.store.leases import heartbeat
+    from .outages import outages
 
+    outages.share_across_forks()
     _main_pid = os.getpid()
     _step_counts = multiprocessing.Array("q", 2 * STEP_COUNT_SLOTS)
     heartbeat.count_steps = _count_steps

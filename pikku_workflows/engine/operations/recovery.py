@@ -23,6 +23,7 @@ from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration
 from ...exceptions import WorkflowDispatchException
 from ...models import WorkflowRun, WorkflowStep
+from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from .timers import dispatch_woken, fire_due_timers
@@ -121,8 +122,8 @@ def _redispatch(rows: list[dict[str, Any]], relaying: set[str]) -> int:
         relaying.add(run)
         try:
             dispatch_woken(row["run_id"], row["step_key"], row["function_name"])
-        except WorkflowDispatchException:
-            logger.warning("pikku_workflows: relay of %s failed; will retry", row["step_key"])
+        except WorkflowDispatchException as exc:
+            outages.failed(f"relaying step {row['step_key']!r} of run {run}", exc)
             continue
         count += 1
     return count
@@ -166,8 +167,8 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
             continue
         try:
             enqueue_orchestration(run_id)
-        except WorkflowDispatchException:
-            logger.warning("pikku_workflows: resume of run %s failed", run_id)
+        except WorkflowDispatchException as exc:
+            outages.failed(f"resuming run {run_id}", exc)
             continue
         count += 1
     return count
@@ -175,8 +176,8 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
     """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
-    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors are
-    logged and the loop goes on (the database may come back)."""
+    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to
+    the outage log and the loop goes on (the database may come back)."""
     next_recovery = 0.0
     while not stop.is_set():
         try:
@@ -188,9 +189,11 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
                 if any(counts.values()):
                     logger.info("pikku_workflows: recovery %s", counts)
-        except Exception:
-            logger.exception("pikku_workflows: timer loop tick failed")
+        except Exception as exc:
+            outages.failed("the timer loop", exc)
             close_old_connections()
             fired = 0
+        else:
+            outages.check()
         if not fired:
             stop.wait(pikku_settings.TIMER_POLL_SECONDS)

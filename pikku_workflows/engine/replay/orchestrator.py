@@ -101,11 +101,10 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
 
 
 def _abandon_lease(run_id: Any, holder: str) -> None:
-    try:
+    # If the database is what failed (or the caller's transaction is doomed), the lease lapses
+    # by itself, and whoever runs the pass reports the error that ended it.
+    with contextlib.suppress(DatabaseError):
         abandon_run_lease(run_id, holder)
-    except DatabaseError:
-        # The database is what failed (or the caller's transaction is doomed): the lease lapses.
-        logger.warning("pikku_workflows: could not hand back the lease of run %s", run_id)
 
 
 def _read_and_lease(run_id: Any) -> LeasedRun | None:
