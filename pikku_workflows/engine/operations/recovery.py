@@ -26,11 +26,14 @@ from ...models import WorkflowRun, WorkflowStep
 from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
+from ..replay.queued import in_place_hold
 from .timers import dispatch_woken, fire_due_timers
 
 logger = logging.getLogger(__name__)
 
 BACKOFF_MEMORY = 10_000
+# How long past the next sweep a takeover holds in-place running (the sweep may come late).
+TAKEOVER_MARGIN_SECONDS = 1.0
 
 
 class RedispatchBackoff:
@@ -75,13 +78,18 @@ def recover() -> dict[str, int]:
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
-    return {
+    counts = {
         "timers": fire_due_timers(),
         "lapsed": _redispatch(_lapsed_steps(), relaying),
         "relayed": _redispatch(_undispatched_steps(), relaying) + _resume(_unstarted_runs()),
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
     }
+    if counts["lapsed"] or counts["lapsed_runs"]:
+        # A takeover: until the next sweep this worker's passes run nothing in place, so the
+        # messages just sent are taken after one step of each busy pass, not its whole budget.
+        in_place_hold.hold(pikku_settings.RECOVERY_INTERVAL_SECONDS + TAKEOVER_MARGIN_SECONDS)
+    return counts
 
 
 def _relay_before() -> Any:
