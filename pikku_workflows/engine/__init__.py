@@ -32,7 +32,9 @@ replay, one pass of a run:
 - `replay.orchestrator`: one pass: take the run lease, replay the body, record how the run
   ended.
 - `replay.graphs`: a graph run's pass: plan from its steps, start what the plan fires, plan
-  again.
+  again (one planner per pass, told the rows each round moved).
+- `replay.graph_steps`: the steps a graph pass reads, a long for_each's succeeded items as a
+  count.
 - `replay.versions`: deploy safety: the definition a graph run started on, and what a
   non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `replay.workflow`: the `wf` handle a body drives its run with.

@@ -15,7 +15,7 @@ from .inputs import Scope, resolve, resolve_node_input
 from .nodes import GraphNode
 from .planner import DEFAULT_MAX_ITEMS, Planner, plan
 from .plans import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan
-from .snapshot import NodeState
+from .snapshot import NodeState, SettledItems
 from .validation import definition_problems, function_problems, structure_problems
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Plan",
     "Planner",
     "Scope",
+    "SettledItems",
     "canonical_json",
     "definition_hash",
     "definition_problems",

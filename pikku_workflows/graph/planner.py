@@ -4,13 +4,13 @@ kept current by a pass as its steps move (`Planner`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..step_keys import handler_key, parse_instance_key
 from .definition import GraphDefinition
 from .plans import GRAPH_NODE_FAILED, INVALID_INPUT, Fire, Plan, failure
-from .snapshot import NodeState, Snapshot
+from .snapshot import NodeState, SettledItems, Snapshot
 from .walk import Walk, approval_options
 
 # How many items a for_each may fan out over when neither the caller nor the node says.
@@ -36,7 +36,8 @@ class Planner:
     A plan costs what changed since the last one, not the run's length (a pass plans after every
     step, and replanning from the first step each time made a long for_each quadratic). Rows
     only move on within a pass; when one settled before is recorded otherwise (an operator's
-    retry), the next plan replays the graph from its entries instead.
+    retry), the next plan replays the graph from its entries instead. `settled_items`: for_each
+    items given as a count instead of rows (`SettledItems`), as a pass reads a long for_each.
     """
 
     def __init__(
@@ -46,11 +47,13 @@ class Planner:
         steps: Iterable[NodeState] = (),
         *,
         max_items: int = DEFAULT_MAX_ITEMS,
+        settled_items: Mapping[str, SettledItems] | None = None,
     ) -> None:
         self.definition = definition
         self.trigger = trigger
         self.max_items = max_items
-        self.snapshot = Snapshot(definition.topology, steps)
+        self.settled_items = dict(settled_items or {})
+        self.snapshot = Snapshot(definition.topology, steps, self.settled_items)
         self.walk = Walk(definition, trigger, self.snapshot, max_items)
 
     def record(self, steps: Iterable[NodeState]) -> None:
@@ -59,7 +62,8 @@ class Planner:
 
     def plan(self) -> Plan:
         if self.snapshot.went_back:
-            self.snapshot = Snapshot(self.definition.topology, self.snapshot.steps.values())
+            steps = self.snapshot.steps.values()
+            self.snapshot = Snapshot(self.definition.topology, steps, self.settled_items)
             self.walk = Walk(self.definition, self.trigger, self.snapshot, self.max_items)
         found = self.walk.advance()
         in_flight = self.snapshot.in_flight_keys()

@@ -4,7 +4,7 @@ plans after every step, so nothing here may cost more than the row it records.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,16 +60,32 @@ class NodeState:
         return self.succeeded or self.exhausted
 
 
+@dataclass(frozen=True)
+class SettledItems:
+    """Items 0 .. count-1 of a for_each node's first visit, all succeeded, known by their count:
+    a pass need not read a long for_each row by row. `results()` returns their results in index
+    order; the planner calls it once the node completes."""
+
+    count: int
+    results: Callable[[], list[Any]]
+
+
 @dataclass
 class ItemTally:
     """The for_each items of one node: by index, with what the planner asks of them kept as
-    counts (`prefix`: how many items from index 0 on succeeded in a row)."""
+    counts (`prefix`: how many items from index 0 on succeeded in a row). `settled`: items
+    0 .. settled.count-1 known as a count, not as rows in `states`."""
 
     states: dict[int, NodeState] = field(default_factory=dict)
     exhausted: set[int] = field(default_factory=set)
     prefix: int = 0
     highest: int = -1
+    settled: SettledItems | None = None
     _results: list[Any] | None = None
+
+    @classmethod
+    def from_settled(cls, settled: SettledItems) -> ItemTally:
+        return cls(prefix=settled.count, highest=settled.count - 1, settled=settled)
 
     def record(self, index: int, old: NodeState | None, new: NodeState) -> None:
         self.states[index] = new
@@ -92,14 +108,17 @@ class ItemTally:
     def results(self, count: int) -> list[Any]:
         """The results of items 0 .. count-1, in index order (kept until an item changes)."""
         if self._results is None or len(self._results) != count:
-            self._results = [self.states[index].result for index in range(count)]
+            known = self.settled.results()[:count] if self.settled is not None else []
+            rows = range(len(known), count)
+            self._results = known + [self.states[index].result for index in rows]
         return self._results
 
     def missing(self, count: int) -> list[int]:
         """The indexes below `count` with no step yet."""
-        if len(self.states) == count and self.highest == count - 1:
+        first = self.settled.count if self.settled is not None else 0
+        if first + len(self.states) == count and self.highest == count - 1:
             return []  # every index 0 .. count-1 is there
-        return [index for index in range(count) if index not in self.states]
+        return [index for index in range(first, count) if index not in self.states]
 
 
 class Snapshot:
@@ -112,7 +131,12 @@ class Snapshot:
     (succeeded or exhausted) is recorded unsettled: an incremental plan no longer holds then.
     """
 
-    def __init__(self, topology: Topology, steps: Iterable[NodeState] = ()) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        steps: Iterable[NodeState] = (),
+        settled_items: Mapping[str, SettledItems] | None = None,
+    ) -> None:
         self.topology = topology
         self.steps: dict[str, NodeState] = {}
         self.visits: dict[str, dict[int, NodeState]] = {}
@@ -125,6 +149,8 @@ class Snapshot:
         self.in_flight: set[str] = set()
         self.went_back = False
         self._order: dict[str, tuple[str, int, int, int]] = {}
+        for node, settled in (settled_items or {}).items():
+            self.items[node] = ItemTally.from_settled(settled)
         for step in steps:
             self.record(step)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pikku_workflows.graph import NodeState, Planner, plan
+from pikku_workflows.graph import NodeState, Planner, SettledItems, plan
 from pikku_workflows.status import StepStatus
 from tests.graph_support import fn, graph, step
 
@@ -129,3 +129,21 @@ def test_planner__a_row_that_went_back_replans_from_the_entries():
 
     assert planner.plan() == plan(definition, None, [step("a"), step("b", "running", limit=3)])
     assert planner.plan().in_flight == ("b",)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_planner__items_given_as_a_count_plan_as_their_rows(mode):
+    definition = graph(
+        {"each": fn("after", for_each={"$ref": "trigger"}, mode=mode), "after": fn()}
+    )
+    trigger = list(range(8))
+    done = [step(f"each[{i}]", result=i * 10) for i in range(5)]
+    settled = {"each": SettledItems(5, lambda: [i * 10 for i in range(5)])}
+    rest = [step("each[5]", "running"), step("each[7]", "failed", attempt=1, limit=2)]
+
+    counted = Planner(definition, trigger, rest, settled_items=settled)
+    assert counted.plan() == plan(definition, trigger, done + rest)
+    finished = [step(f"each[{i}]", result=i * 10) for i in range(5, 8)]
+    counted.record(finished)
+    assert counted.plan() == plan(definition, trigger, done + finished)
+    assert counted.plan().fire[0].input == [i * 10 for i in range(8)]

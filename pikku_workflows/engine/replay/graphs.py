@@ -9,64 +9,74 @@ again, until the run completes, fails, or waits on something outside the pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ...conf import pikku_settings
 from ...control_flow import RunParked
 from ...exceptions import ApprovalExpired, GraphRunFailed, StepFailed
-from ...graph import Fire, GraphDefinition, NodeState, Planner
-from ...models import WorkflowStep
+from ...graph import Fire, GraphDefinition, Planner, SettledItems
+from ...models import WorkflowRun, WorkflowStep
 from ...retry import RetryPolicy
 from ...status import StepKind
 from .approval_steps import approval_at
+from .graph_steps import node_states, read_graph_steps
 from .replay_pass import ReplayPass
 from .steps import StepCall, drive_call, leaves_the_pass, named_call, queue_new_step
 from .versions import run_graph_definition
 from .workflow import Workflow, engine_statements
 
 
-def run_graph(rp: ReplayPass, wf: Workflow, trigger: Any) -> Any:
+def begin_graph_pass(
+    run: WorkflowRun,
+    holder: str,
+    *,
+    inline_caller: bool,
+    drive_child: Callable[[Any], None],
+    steps: dict[str, WorkflowStep] | None,
+) -> tuple[ReplayPass, dict[str, SettledItems]]:
+    """The pass of a graph run, its steps read (unless its caller knows them) with the
+    succeeded items of a long for_each read as a count (`read_graph_steps`)."""
+    settled: dict[str, SettledItems] = {}
+    if steps is None:
+        steps, settled = read_graph_steps(run.pk)
+    rp = ReplayPass.begin(
+        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+    )
+    return rp, settled
+
+
+def run_graph(rp: ReplayPass, settled: dict[str, SettledItems], wf: Workflow, trigger: Any) -> Any:
     """The body of every graph run: returns the run's output once the plan completes; raises
     GraphRunFailed on the plan's failure, RunParked while it waits (VersionNotFound when the
     definition it started on is no longer stored)."""
     with engine_statements():
         definition = run_graph_definition(rp.run)
-        return _GraphPass(rp, definition, trigger).run()
-
-
-def node_states(steps: Iterable[WorkflowStep]) -> list[NodeState]:
-    """The step rows as the planner reads them."""
-    return [
-        NodeState(
-            key=step.step_key,
-            status=step.status,
-            attempt=step.attempt,
-            attempt_limit=step.attempt_limit,
-            result=step.result,
-            branch_taken=step.branch_taken,
-            from_step_key=step.from_step_key,
-            error=step.error,
-            data=step.data,
-        )
-        for step in steps
-    ]
+        return _GraphPass(rp, definition, trigger, settled).run()
 
 
 class _GraphPass:
     """One pass over a graph run. `parked`: instances this pass already found waiting on
     something outside it (a worker, a timer, a child run); they are not driven again."""
 
-    def __init__(self, rp: ReplayPass, definition: GraphDefinition, trigger: Any) -> None:
+    def __init__(
+        self,
+        rp: ReplayPass,
+        definition: GraphDefinition,
+        trigger: Any,
+        settled: dict[str, SettledItems],
+    ) -> None:
         self.rp = rp
         self.definition = definition
         self.trigger = trigger
+        self.settled = settled
         self.parked: set[str] = set()
 
     def run(self) -> Any:
         steps = node_states(self.rp.steps.values())
+        max_items = pikku_settings.MAX_FAN_OUT
         planner = Planner(
-            self.definition, self.trigger, steps, max_items=pikku_settings.MAX_FAN_OUT
+            self.definition, self.trigger, steps, max_items=max_items, settled_items=self.settled
         )
         while True:
             decided = planner.plan()

@@ -46,7 +46,7 @@ from ..store.leases import (
 from ..store.run_transitions import move_run
 from . import children
 from .attempts import record_kept
-from .graphs import run_graph
+from .graphs import begin_graph_pass, run_graph
 from .replay_pass import LeasedRun, ReplayPass, driving
 from .versions import status_on_non_determinism
 from .workflow import Workflow, engine_statements
@@ -142,10 +142,17 @@ def _replay(
         _suspend(run, holder, describe_error(WorkflowNotDeployed(run.workflow), traceback=False))
         return False, False
     drive_child = partial(orchestrate, inline_caller=True)
-    rp = ReplayPass.begin(
-        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
-    )
-    body = partial(run_graph, rp) if definition is None or run.graph_hash else definition.func
+    body: Any
+    if definition is None or run.graph_hash:
+        rp, settled = begin_graph_pass(
+            run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+        )
+        body = partial(run_graph, rp, settled)
+    else:
+        rp = ReplayPass.begin(
+            run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+        )
+        body = definition.func
     ended = _run_body(run, holder, rp, body)
     return ended, ended or rp.lease_released
 
