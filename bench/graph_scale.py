@@ -1,8 +1,9 @@
 """Graph runs at scale on PostgreSQL: what registering a large graph costs, and whether a long
 graph run's cost per step stays flat (prints, never asserts). See bench/README.md.
 
-- registration: a 10,000-node chain and a 1,000-node DAG of 50 edges per node validated and
-  registered (GRAPH_MAX_NODES raised for the chain), and a graph over the cap refused;
+- registration: a 10,000-node chain, a 1,000-node DAG of 50 edges per node and a fan-out of
+  4,998 branches with their join validated and registered (GRAPH_MAX_NODES raised for the
+  chain), and a graph over the cap refused;
 - a sequential for_each over N items (default 20,000): the rate of its first and last W items
   (default 1,000) and their ratio, from each item's database timestamp;
 - a two-node cycle to max_visits=1000 (2,000 steps): its time, and its first and last 200 steps.
@@ -85,6 +86,16 @@ def dense_dag(nodes: int, fan: int) -> dict[str, Any]:
     return {"entry": "n0", "nodes": graph}
 
 
+def fan_out_and_join(width: int) -> dict[str, Any]:
+    branch = {"function": "bench.graph.item", "next": "join"}
+    graph = {f"n{i}": branch for i in range(width)}
+    start = {"function": "bench.graph.item", "next": list(graph)}
+    return {
+        "entry": "start",
+        "nodes": {"start": start, **graph, "join": {"function": "bench.graph.item"}},
+    }
+
+
 def timed(action: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     try:
@@ -107,6 +118,8 @@ def measure_registration() -> None:
     print(f"  10,000-node chain (cap raised to 10,000): {seconds:.2f} s")
     seconds, _ = timed(lambda: pw.graph_workflow("bench.graph.dense", dense_dag(1000, 50)))
     print(f"  1,000-node DAG, 50 edges per node (48,775 edges): {seconds:.2f} s")
+    seconds, _ = timed(lambda: pw.graph_workflow("bench.graph.wide", fan_out_and_join(4998)))
+    print(f"  a fan-out of 4,998 branches and their join (5,000 nodes): {seconds:.2f} s")
     seconds, refused = timed(lambda: pw.graph_workflow("bench.graph.huge", chain(100_000)))
     print(f"  100,000-node chain: {type(refused).__name__} in {seconds:.2f} s: {str(refused)[:90]}")
 
