@@ -1,7 +1,7 @@
 """The steps a graph pass reads: every row of the run, except the succeeded items of a long
-for_each, read as a count (`SettledItems`), their results only once the node completes. Each
-message of a long sequential for_each would otherwise read every item it ran before, and its
-in-place budget would go on reading."""
+sequential for_each, read as a count (`SettledItems`), their results only once the node
+completes. Each message of a long for_each would otherwise read every item it ran before, and
+its in-place budget would go on reading."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from django.db.models import Count, IntegerField, Max, Min, Q, Value
-from django.db.models.functions import Cast, Left, Length, StrIndex, Substr
+from django.db.models import Count, Q
 
-from ...graph import NodeState, SettledItems
+from ...graph import GraphDefinition, NodeState, SettledItems
+from ...graph.nodes import SEQUENTIAL
 from ...models import WorkflowStep
 from ...status import StepStatus
 from .replay_pass import read_steps
@@ -22,9 +22,14 @@ from .replay_pass import read_steps
 SETTLED_ITEMS_FROM = 100
 
 
-def read_graph_steps(run_id: Any) -> tuple[dict[str, WorkflowStep], dict[str, SettledItems]]:
+def read_graph_steps(
+    run_id: Any, definition: GraphDefinition
+) -> tuple[dict[str, WorkflowStep], dict[str, SettledItems]]:
     """The run's steps for a graph pass, and the for_each items read as a count by node."""
-    counts = succeeded_item_counts(run_id)
+    sequential = [
+        node.id for node in definition.nodes.values() if node.for_each and node.mode == SEQUENTIAL
+    ]
+    counts = succeeded_item_counts(run_id, sequential) if sequential else {}
     leaving_out = Q(pk__in=[])
     for node in counts:
         leaving_out |= _settled_item_rows(node)
@@ -35,26 +40,19 @@ def read_graph_steps(run_id: Any) -> tuple[dict[str, WorkflowStep], dict[str, Se
     return read_steps(run_id, leaving_out=leaving_out), settled
 
 
-def succeeded_item_counts(run_id: Any) -> dict[str, int]:
-    """For each for_each node whose succeeded items (of its first visit) are exactly 0 .. n-1
-    with n at least SETTLED_ITEMS_FROM: n. One aggregate over the run's item rows."""
-    opening = StrIndex("step_key", Value("["))
-    index = Substr("step_key", opening + 1, Length("step_key") - opening - 1)
-    items = WorkflowStep.objects.filter(
-        run_id=run_id, status=StepStatus.SUCCEEDED, step_key__contains="["
-    ).exclude(Q(step_key__contains=":") | Q(step_key__contains="#"))
-    rows = (
-        items.annotate(node=Left("step_key", opening - 1), index=Cast(index, IntegerField()))
-        .values("node")
-        .annotate(count=Count("pk"), low=Min("index"), high=Max("index"))
+def succeeded_item_counts(run_id: Any, nodes: list[str]) -> dict[str, int]:
+    """How many items of each sequential for_each node in `nodes` succeeded, where at least
+    SETTLED_ITEMS_FROM did; one count over the run's succeeded rows, no row read. A sequential
+    item starts only once every item before it succeeded, so n succeeded items are 0 .. n-1."""
+    succeeded = WorkflowStep.objects.filter(run_id=run_id, status=StepStatus.SUCCEEDED)
+    counted = succeeded.exclude(step_key__contains=":").aggregate(
+        **{
+            f"node_{position}": Count("pk", filter=Q(step_key__startswith=f"{node}["))
+            for position, node in enumerate(nodes)
+        }
     )
-    return {
-        row["node"]: row["count"]
-        for row in rows
-        if row["count"] >= SETTLED_ITEMS_FROM
-        and row["low"] == 0
-        and row["high"] == row["count"] - 1
-    }
+    counts = {node: counted[f"node_{position}"] for position, node in enumerate(nodes)}
+    return {node: count for node, count in counts.items() if count >= SETTLED_ITEMS_FROM}
 
 
 def _settled_item_rows(node: str) -> Q:

@@ -16,7 +16,7 @@ from ...conf import pikku_settings
 from ...control_flow import RunParked
 from ...exceptions import ApprovalExpired, GraphRunFailed, StepFailed
 from ...graph import Fire, GraphDefinition, Planner, SettledItems
-from ...models import WorkflowRun, WorkflowStep
+from ...models import WorkflowStep
 from ...retry import RetryPolicy
 from ...status import StepKind
 from .approval_steps import approval_at
@@ -27,31 +27,17 @@ from .versions import run_graph_definition
 from .workflow import Workflow, engine_statements
 
 
-def begin_graph_pass(
-    run: WorkflowRun,
-    holder: str,
-    *,
-    inline_caller: bool,
-    drive_child: Callable[[Any], None],
-    steps: dict[str, WorkflowStep] | None,
-) -> tuple[ReplayPass, dict[str, SettledItems]]:
-    """The pass of a graph run, its steps read (unless its caller knows them) with the
-    succeeded items of a long for_each read as a count (`read_graph_steps`)."""
-    settled: dict[str, SettledItems] = {}
-    if steps is None:
-        steps, settled = read_graph_steps(run.pk)
-    rp = ReplayPass.begin(
-        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
-    )
-    return rp, settled
-
-
-def run_graph(rp: ReplayPass, settled: dict[str, SettledItems], wf: Workflow, trigger: Any) -> Any:
+def run_graph(rp: ReplayPass, read: bool, wf: Workflow, trigger: Any) -> Any:
     """The body of every graph run: returns the run's output once the plan completes; raises
     GraphRunFailed on the plan's failure, RunParked while it waits (VersionNotFound when the
-    definition it started on is no longer stored)."""
+    definition it started on is no longer stored). `read`: the pass's caller did not know the
+    steps; they are read here, once the definition says which for_each nodes to count."""
     with engine_statements():
         definition = run_graph_definition(rp.run)
+        settled: dict[str, SettledItems] = {}
+        if read:
+            steps, settled = read_graph_steps(rp.run.pk, definition)
+            rp.steps.update(steps)
         return _GraphPass(rp, definition, trigger, settled).run()
 
 

@@ -46,7 +46,7 @@ from ..store.leases import (
 from ..store.run_transitions import move_run
 from . import children
 from .attempts import record_kept
-from .graphs import begin_graph_pass, run_graph
+from .graphs import run_graph
 from .replay_pass import LeasedRun, ReplayPass, driving
 from .versions import status_on_non_determinism
 from .workflow import Workflow, engine_statements
@@ -142,17 +142,13 @@ def _replay(
         _suspend(run, holder, describe_error(WorkflowNotDeployed(run.workflow), traceback=False))
         return False, False
     drive_child = partial(orchestrate, inline_caller=True)
-    body: Any
-    if definition is None or run.graph_hash:
-        rp, settled = begin_graph_pass(
-            run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
-        )
-        body = partial(run_graph, rp, settled)
-    else:
-        rp = ReplayPass.begin(
-            run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
-        )
-        body = definition.func
+    graph = definition is None or bool(run.graph_hash)
+    # A graph pass reads its steps itself, once it knows its definition (graphs.run_graph).
+    known = {} if graph and steps is None else steps
+    rp = ReplayPass.begin(
+        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=known
+    )
+    body = partial(run_graph, rp, steps is None) if definition is None or graph else definition.func
     ended = _run_body(run, holder, rp, body)
     return ended, ended or rp.lease_released
 
