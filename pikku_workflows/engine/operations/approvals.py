@@ -113,13 +113,7 @@ def reassign_approval(
             return _Verdict(approval, ApprovalForbidden(why, approval_id=approval.pk, reason=why))
         if approval.policy == ApprovalPolicy.ALL and not entries:
             return _Verdict(approval, InvalidInput("policy 'all' needs approvers."))
-        undecided = undecidable(
-            entries,
-            approval.policy,
-            approval.quorum,
-            exclude_requester=approval.exclude_requester,
-            requesters=approval.requesters,
-        )
+        undecided = undecidable(approval, entries)
         if undecided is not None:
             message = f"Nobody could ever decide approval {approval.pk}: {undecided}."
             return _Verdict(approval, InvalidInput(message))

@@ -43,20 +43,14 @@ def requesters_of(run: WorkflowRun) -> list[str]:
     return sorted(str(user) for user in users if user is not None)
 
 
-def undecidable(
-    approvers: Iterable[str],
-    policy: str,
-    quorum: int | None,
-    *,
-    exclude_requester: bool,
-    requesters: Iterable[str],
-) -> str | None:
-    """Why no one could ever decide an approval with these approvers (`never_decidable`), given
-    the ids of the run's requesters; None: someone could. One query, and only with four eyes and
-    usernames among the approvers."""
-    approvers, requesters = list(approvers), list(requesters)
+def undecidable(approval: WorkflowApproval, approvers: Iterable[str]) -> str | None:
+    """Why no one could ever decide `approval` if these were its approvers (`never_decidable`,
+    its requesters kept out under four eyes); None: someone could. One query, and only with
+    four eyes and usernames among the approvers."""
+    approvers, requesters = list(approvers), list(approval.requesters)
+    policy, quorum = approval.policy, approval.quorum
     usernames = [entry for entry in approvers if is_username(entry)]
-    if not exclude_requester or not requesters or not usernames:
+    if not approval.exclude_requester or not requesters or not usernames:
         return never_decidable(approvers, policy, quorum, excluded=())
     username_field = get_user_model().USERNAME_FIELD
     kept_out = get_user_model()._default_manager.filter(

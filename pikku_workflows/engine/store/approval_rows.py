@@ -87,13 +87,7 @@ def _refuse_undecidable(approval: WorkflowApproval) -> None:
     and approvers who all requested the run): it would wait for nobody."""
     escalation = approval.escalate_to if approval.on_expire == OnExpire.ESCALATE else []
     for entries in (approval.approvers, escalation):
-        why = undecidable(
-            entries,
-            approval.policy,
-            approval.quorum,
-            exclude_requester=approval.exclude_requester,
-            requesters=approval.requesters,
-        )
+        why = undecidable(approval, entries)
         if why is not None:
             raise InvalidInput(f"wf.approval: nobody could ever decide this approval: {why}.")
 
