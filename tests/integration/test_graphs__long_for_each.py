@@ -46,8 +46,8 @@ def rows_read_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     read: list[str] = []
     from_db = WorkflowStep.from_db.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: Any, *args: Any) -> WorkflowStep:
-        step = from_db(cls, *args)
+    def counted(cls: Any, *args: Any, **kwargs: Any) -> WorkflowStep:
+        step = from_db(cls, *args, **kwargs)
         read.append(step.step_key)
         return step
 
