@@ -21,7 +21,8 @@ operations, what adapters call:
   timeline, state.
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
-- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
+- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
+  (which reports failures to the outage log, `pikku_workflows.outages`).
 - `operations.replay_check`: replaying stored histories against the current code, running no
   step (`manage.py pikku_replay_check`).
 - `operations.timers`: due timers (sleeps, retry backoffs, deadlines, reminders) fired and
@@ -46,7 +47,8 @@ replay, one pass of a run:
 - `replay.steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph
   node).
 - `replay.children`: child runs started by a step, and telling the parent when they end.
-- `replay.queued`: handing a queued step to a worker from inside a pass.
+- `replay.queued`: handing a queued step to a worker from inside a pass, or running it in place
+  (unless recovery holds in-place running while it takes work over).
 - `replay.suspension`: suspending the run from inside its pass.
 - `replay.attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it
   (fenced).
