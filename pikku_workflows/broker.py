@@ -26,6 +26,7 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
+from .outages import outages
 from .sql import Statements, quoted_table
 
 T = TypeVar("T")
@@ -33,6 +34,8 @@ T = TypeVar("T")
 # Every message sent through this broker on PostgreSQL notifies this channel with its queue's
 # name; an idle pusher waits on it instead of sleeping out its whole `poll`.
 WAKE_CHANNEL = "pikku_workflows_queue"
+# While the database is unreachable, the pusher tries again this often (not every `poll`).
+OUTAGE_POLL_SECONDS = 1.0
 
 STATEMENTS = Statements(
     Path(__file__).with_name("broker.sql"), names=lambda: {"queue": quoted_table(OrmQ)}
@@ -76,17 +79,27 @@ class SkipLockedOrmBroker(ORM):
             return cursor.fetchone()[0]
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
-        if self._idle and transaction.get_autocommit(using=Conf.ORM):
-            # After an idle poll, drop a connection the server may have closed meanwhile.
-            close_old_connections()
-        now = timezone.now()
-        hidden_until = now + timedelta(seconds=Conf.RETRY)
-        claimed = self._retried(lambda: self._claim(now, hidden_until))
+        try:
+            claimed = self._claim_visible()
+        except (OperationalError, InterfaceError) as exc:
+            # django-q2's pusher would log it and exit for its sentinel to start another one.
+            outages.failed("taking messages from the queue", exc)
+            connections[Conf.ORM].close()
+            sleep(max(Conf.POLL, OUTAGE_POLL_SECONDS))
+            return None
         self._idle = not claimed
         if claimed:
             return claimed
         self._wait_for_messages(Conf.POLL)  # empty queue, spare the cpu
         return None
+
+    def _claim_visible(self) -> list[tuple[Any, Any]]:
+        if self._idle and transaction.get_autocommit(using=Conf.ORM):
+            # After an idle poll, drop a connection the server may have closed meanwhile.
+            close_old_connections()
+        now = timezone.now()
+        hidden_until = now + timedelta(seconds=Conf.RETRY)
+        return self._retried(lambda: self._claim(now, hidden_until))
 
     def _wait_for_messages(self, timeout: float) -> None:
         """Return when a message is sent to this queue or after `timeout` seconds.
@@ -127,7 +140,13 @@ class SkipLockedOrmBroker(ORM):
             with connections[Conf.ORM].cursor() as cursor:
                 cursor.execute(STATEMENTS["delete_message"], {"id": task_id})
 
-        self._retried(delete_row)
+        try:
+            self._retried(delete_row)
+        except (OperationalError, InterfaceError) as exc:
+            # An exception here ends django-q2's monitor process. The message is delivered again
+            # after `retry`: a prompt twice is harmless, the worker's claim decides.
+            outages.failed(f"acknowledging queue message {task_id}", exc)
+            connections[Conf.ORM].close()
 
     def _retried(self, work: Callable[[], T]) -> T:
         """Run `work`; after a connection error, drop the broken connection and run it once more."""

@@ -27,6 +27,14 @@ DEFAULTS: dict[str, Any] = {
     "IN_PLACE": True,
     "IN_PLACE_MAX_SECONDS": 1,
     "IN_PLACE_MAX_STEPS": 100,
+    # The longest list a graph node's for_each fans out over, unless the node sets max_items.
+    "MAX_FAN_OUT": 1000,
+    # The most nodes a graph workflow may have when it is registered.
+    "GRAPH_MAX_NODES": 5000,
+    # The most approver entries one approval (or its escalation, or a reassign) may name.
+    "MAX_APPROVERS": 100,
+    # The most signals a run keeps that no wait has taken yet; more are refused.
+    "MAX_KEPT_SIGNALS": 1000,
     # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
     # (tenants); applied after the owner rule, on every endpoint that reads a run.
     "RUN_QUERYSET_FILTER": None,

@@ -7,7 +7,6 @@ open transaction the enqueue waits for the commit, so a rolled-back run is never
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,9 +19,8 @@ from django.utils.module_loading import import_string
 
 from .conf import pikku_settings
 from .exceptions import WorkflowDispatchException
+from .outages import outages
 from .sql import Statements, quoted_table
-
-logger = logging.getLogger(__name__)
 
 ORCHESTRATE_TASK = "pikku_workflows.tasks.orchestrate"
 EXECUTE_STEP_TASK = "pikku_workflows.tasks.execute_step"
@@ -179,10 +177,8 @@ def prompt_orchestration(run_id: Any) -> None:
     run from the tables and relays it."""
     try:
         enqueue_orchestration(run_id)
-    except WorkflowDispatchException:
-        logger.warning(
-            "pikku_workflows: pass of run %s not enqueued; recovery will relay it", run_id
-        )
+    except WorkflowDispatchException as exc:
+        outages.failed(f"enqueuing a pass of run {run_id} (recovery will relay it)", exc)
 
 
 def enqueue_step(run_id: Any, step_key: str, queue: str | None) -> None:
@@ -194,5 +190,5 @@ def _enqueue_logged(task: str, *args: Any, cluster: str | None) -> None:
     # After commit nobody can catch the error; recovery relays the run from the tables.
     try:
         _enqueue(task, *args, cluster=cluster)
-    except WorkflowDispatchException:
-        logger.warning("pikku_workflows: %s%s not enqueued; recovery will relay it", task, args)
+    except WorkflowDispatchException as exc:
+        outages.failed(f"enqueuing {task}{args} (recovery will relay it)", exc)

@@ -412,6 +412,12 @@ class WorkflowSignal(models.Model):
         indexes = [
             # Delivery reads a run's unconsumed signals of one name, oldest first.
             models.Index(fields=["run", "name", "id"], name="pikku_signal_run_name"),
+            # MAX_KEPT_SIGNALS counts a run's signals still kept, past any number consumed.
+            models.Index(
+                fields=["run"],
+                condition=models.Q(consumed_at__isnull=True),
+                name="pikku_signal_run_kept",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+from .conf import pikku_settings
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
@@ -201,10 +202,11 @@ def step_function(
 def graph_workflow(name: str, definition: Mapping[str, Any]) -> GraphDefinition:
     """Register the graph `definition` (JSON-serialisable; its shape is checked by `graph.definition`) as the workflow `name`.
 
-    Its structure is validated now (InvalidInput lists every problem); its step function
-    names when a run first starts and in `manage.py check`, since functions may register later.
+    Its structure is validated now (InvalidInput lists every problem; more than
+    `GRAPH_MAX_NODES` nodes is one); its step function names when a run first starts and in
+    `manage.py check`, since functions may register later.
     """
-    graph = parse_definition(definition, name=name)
+    graph = parse_definition(definition, name=name, max_nodes=pikku_settings.GRAPH_MAX_NODES)
     registry.add_workflow(
         WorkflowDefinition(name, _graph_body, None, WORKFLOW_KIND_GRAPH, graph.hash, graph)
     )

@@ -15,10 +15,22 @@ from .conf import pikku_settings
 # `\u0000` escapes a NUL only after an even number of backslashes; `\\u0000` is a literal
 # backslash followed by "u0000", which jsonb stores fine.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# The deepest nesting of lists and objects a stored value may have. Code that walks a value
+# (references in a graph node's input, the admin's rendering) recurses, and Python's own limit
+# sits near 1,000 frames of which a worker already uses some: a value accepted at the start
+# must still be readable deep inside a pass. The HTTP API's parser refuses deeper bodies too.
+MAX_NESTING_DEPTH = 256
 
 
 class NotStorableJson(ValueError):
     """A value cannot be stored as JSON; the message says why."""
+
+
+class NestedTooDeeply(NotStorableJson):
+    """A value holds lists or objects nested deeper than MAX_NESTING_DEPTH."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the value is nested deeper than {MAX_NESTING_DEPTH} levels")
 
 
 def round_trip(value: Any) -> Any:
@@ -28,13 +40,13 @@ def round_trip(value: Any) -> Any:
     `DjangoJSONEncoder` writes for them ("12.50", "2024-05-01", "2024-05-01T10:00:00Z", ...):
     the same value on the first run as on replay. Rejected here, before anything is written:
     what is not JSON (NaN, ±Infinity, other objects), what jsonb refuses (the NUL character,
-    lone surrogates), values nested too deeply to encode, and encodings longer than
+    lone surrogates), values nested deeper than `MAX_NESTING_DEPTH`, and encodings longer than
     `MAX_PAYLOAD_BYTES`.
     """
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, cls=DjangoJSONEncoder)
     except RecursionError:
-        raise NotStorableJson("the value is nested too deeply to store") from None
+        raise NestedTooDeeply() from None
     except (TypeError, ValueError) as exc:
         raise NotStorableJson(str(exc)) from exc
     if _NUL_ESCAPE.search(text):
@@ -45,7 +57,37 @@ def round_trip(value: Any) -> Any:
         raise NotStorableJson(
             f"the value takes {len(encoded)} bytes as JSON; at most {limit} bytes fit"
         )
-    return json.loads(encoded)
+    decoded = json.loads(encoded)
+    # Fewer brackets than the limit cannot nest deeper than it: most values skip the walk.
+    if text.count("[") + text.count("{") > MAX_NESTING_DEPTH:
+        check_nesting(decoded)
+    return decoded
+
+
+def loads_json(text: str | bytes) -> Any:
+    """`json.loads` for text a caller hands us (a form, a file): nesting deeper than
+    MAX_NESTING_DEPTH is NestedTooDeeply (a ValueError), never a RecursionError."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise NestedTooDeeply() from None
+    check_nesting(value)
+    return value
+
+
+def check_nesting(value: Any) -> None:
+    """Raise NestedTooDeeply when `value` nests lists and dicts deeper than MAX_NESTING_DEPTH;
+    walked level by level, without recursion."""
+    level, depth = ([value] if isinstance(value, dict | list) else []), 0
+    while level:
+        depth += 1
+        if depth > MAX_NESTING_DEPTH:
+            raise NestedTooDeeply()
+        inner: list[Any] = []
+        for container in level:
+            items = container.values() if isinstance(container, dict) else container
+            inner.extend(item for item in items if isinstance(item, dict | list))
+        level = inner
 
 
 def _utf8(text: str) -> bytes:

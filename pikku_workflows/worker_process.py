@@ -34,10 +34,16 @@ _own_slot: int | None = None
 
 def arrange_forked_children() -> None:
     """From now on every fork of this process closes DB connections first (a socket must not be
-    shared across processes), and the child dies with its parent and releases leases on SIGTERM."""
+        shared across processes), the child dies with its parent and releases leases on SIGTERM, and
+        the processes log a database or queue outage once between them, and recovery's hold on running
+    steps in place (while it takes work over) reaches them all."""
     global _main_pid, _step_counts
+    from .engine.replay.queued import in_place_hold
     from .engine.store.leases import heartbeat
+    from .outages import outages
 
+    outages.share_across_forks()
+    in_place_hold.share_across_forks()
     _main_pid = os.getpid()
     _step_counts = multiprocessing.Array("q", 2 * STEP_COUNT_SLOTS)
     heartbeat.count_steps = _count_steps

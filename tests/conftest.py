@@ -3,6 +3,7 @@ run's time per test directory, printed at its end."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -101,6 +102,28 @@ def fresh_backoff(monkeypatch: pytest.MonkeyPatch) -> Any:
     backoff = recovery.RedispatchBackoff()
     monkeypatch.setattr(recovery, "backoff", backoff)
     return backoff
+
+
+@pytest.fixture
+def outage_log(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Any:
+    """The outage log (pikku_workflows/outages.py) with nothing remembered, its clock a float
+    a test moves on (`outage_log.now += 30`); its WARNING lines as `outage_log.lines()`."""
+    from pikku_workflows.outages import OutageLog, outages
+
+    class Clock:
+        now = 1000.0
+
+        def __call__(self) -> float:
+            return self.now
+
+        def lines(self) -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.name == "pikku_workflows.outages"]
+
+    clock = Clock()
+    for name, value in vars(OutageLog(clock)).items():
+        monkeypatch.setattr(outages, name, value)
+    caplog.set_level(logging.WARNING, logger="pikku_workflows.outages")
+    return clock
 
 
 @pytest.fixture

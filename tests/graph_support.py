@@ -7,7 +7,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pikku_workflows.graph import Fire, GraphDefinition, NodeState, Plan, parse_definition, plan
+from pikku_workflows.graph import (
+    Fire,
+    GraphDefinition,
+    NodeState,
+    Plan,
+    Planner,
+    parse_definition,
+    plan,
+)
 
 
 def graph(nodes: dict[str, Any], entry: Any = None) -> GraphDefinition:
@@ -73,9 +81,13 @@ def drive(
     max_passes: int = 100,
 ) -> Driven:
     """Run the graph to its end: every fired node runs its stand-in (default: echo its input),
-    one attempt each; a NodeError fails it. Returns the last plan and the firing order."""
+    one attempt each; a NodeError fails it. Returns the last plan and the firing order.
+
+    Planned as a pass plans (one `Planner`, told the rows each round moved), and every plan is
+    checked against planning all the rows at once."""
     behaviours = behaviours or {}
-    driven = Driven(plan(definition, trigger, []))
+    planner = Planner(definition, trigger)
+    driven = Driven(planner.plan())
     for _ in range(max_passes):
         if driven.plan.completed or driven.plan.failure is not None:
             return driven
@@ -83,7 +95,9 @@ def drive(
         for fire in driven.plan.fire:
             driven.fired.append(fire)
             driven.steps[fire.key] = _execute(fire, behaviours.get(fire.node))
-        driven.plan = plan(definition, trigger, list(driven.steps.values()))
+        planner.record(driven.steps[fire.key] for fire in driven.plan.fire)
+        driven.plan = planner.plan()
+        assert driven.plan == plan(definition, trigger, list(driven.steps.values()))
     raise AssertionError("the graph did not finish")
 
 

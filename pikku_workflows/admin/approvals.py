@@ -25,6 +25,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.forms.fields import InvalidJSONInput
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -39,6 +40,7 @@ from ..engine.operations.approval_reads import VIEW_APPROVAL_PERMISSION, decidab
 from ..engine.store.approval_deciders import decider_for
 from ..models import WorkflowApproval, WorkflowApprovalDecision
 from ..querysets import DatabaseNow
+from ..serialization import NestedTooDeeply
 from ..status import ApprovalStatus
 from ..validation import REASON_MAX_LENGTH
 from .display import ADMIN_CSS, EMPTY, format_moment, pretty_json, run_link, status_badge
@@ -79,6 +81,23 @@ class AssignedToMeFilter(admin.SimpleListFilter):
         return decidable_by(request.user, queryset)
 
 
+class _DataField(forms.JSONField):
+    """Django's JSON field, with text nested too deeply to parse refused as invalid (Django's
+    own lets the parser's RecursionError through, a server error)."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(f"Not storable JSON: {NestedTooDeeply()}.") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)  # shown back as typed, like any invalid JSON
+
+
 class DecisionForm(forms.Form):
     """The decide page's own fields; the approval's form (if any) is rendered beside it."""
 
@@ -88,7 +107,7 @@ class DecisionForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
         help_text="Recorded with your decision and in the run's audit trail.",
     )
-    json_data = forms.JSONField(
+    json_data = _DataField(
         required=False,
         label="Data (JSON object)",
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),

@@ -23,6 +23,7 @@ from django.utils.html import format_html
 import pikku_workflows as pw
 
 from ..registry import registry
+from ..serialization import NestedTooDeeply, loads_json
 from .display import run_change_url, run_link
 
 START_TEMPLATE = "admin/pikku_workflows/workflowrun/start_run.html"
@@ -50,11 +51,13 @@ class StartRunForm(forms.Form):
         if not text:
             return None
         try:
-            return json.loads(text)
+            return loads_json(text)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
             ) from exc
+        except NestedTooDeeply as exc:
+            raise forms.ValidationError(f"Not storable JSON: {exc}.") from exc
 
 
 def subject_reference(obj: Any) -> str:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db.models import TextChoices
 
+from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..exceptions import InvalidInput
 from ..serialization import NotStorableJson, round_trip
@@ -135,7 +136,7 @@ def _combination_problems(
     if policy == ApprovalPolicy.QUORUM:
         if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
             problems.append(f"policy 'quorum' needs quorum, a positive int, not {quorum!r}")
-        elif approvers and all(_is_username(a) for a in approvers) and quorum > len(approvers):
+        elif approvers and all(is_username(a) for a in approvers) and quorum > len(approvers):
             problems.append(
                 f"quorum {quorum} can never be reached by the {len(approvers)} listed users"
             )
@@ -154,13 +155,16 @@ def _combination_problems(
 
 def checked_approvers(value: Any) -> tuple[str, ...]:
     """A list of usernames, `group:<name>` and `perm:<app_label.codename>`, without repeats; None
-    is the empty list (anyone who holds the decide permission)."""
+    is the empty list (anyone who holds the decide permission). At most `MAX_APPROVERS`."""
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise InvalidInput(
             f"a list of usernames, 'group:<name>' or 'perm:<app_label.codename>', not {value!r}"
         )
+    limit = pikku_settings.MAX_APPROVERS
+    if len(value) > limit:
+        raise InvalidInput(f"at most {limit} approvers (MAX_APPROVERS), not {len(value)}")
     entries: list[str] = []
     for entry in value:
         problem = _entry_problem(entry)
@@ -183,8 +187,36 @@ def _entry_problem(entry: Any) -> str | None:
     return None
 
 
-def _is_username(entry: str) -> bool:
+def is_username(entry: str) -> bool:
     return not entry.startswith((GROUP_PREFIX, PERM_PREFIX))
+
+
+def never_decidable(
+    approvers: Sequence[str], policy: str, quorum: int | None, *, excluded: Collection[str]
+) -> str | None:
+    """Why no one could ever decide an approval with these approvers, `excluded` being the
+    usernames four eyes keeps out (the run's requesters); None: someone could.
+
+    A group or a permission can gain members at any time, and no approvers at all means anyone
+    holding the decide permission: only a username names one person for good. So an approval is
+    undecidable when the approvers its policy needs are all kept out: `any` when every approver
+    is, `all` when one is, `quorum` when fewer people than the quorum are left and no group or
+    permission could add more.
+    """
+    kept_out = [entry for entry in approvers if is_username(entry) and entry in excluded]
+    left = [entry for entry in approvers if entry not in kept_out]
+    needed = quorum or 1
+    only_users = approvers and all(map(is_username, left))
+    if policy == ApprovalPolicy.QUORUM and only_users and len(left) < needed:
+        who = f"{kept_out} requested the run, leaving " if kept_out else ""
+        return f"quorum {needed} can never be reached by {who}{len(left)} listed users"
+    if not kept_out:
+        return None
+    if policy == ApprovalPolicy.ALL:
+        return f"policy 'all' needs {kept_out}, who requested the run and may not decide it"
+    if not left:
+        return f"its only approvers {kept_out} requested the run and may not decide it"
+    return None
 
 
 def _positive_duration(value: Any) -> int | None:

@@ -23,7 +23,8 @@ operations, what adapters call:
   (what live event streams wait on).
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
-- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop.
+- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
+  (which reports failures to the outage log, `pikku_workflows.outages`).
 - `operations.replay_check`: replaying stored histories against the current code, running no
   step (`manage.py pikku_replay_check`).
 - `operations.timers`: due timers (sleeps, retry backoffs, deadlines, reminders) fired and
@@ -34,7 +35,9 @@ replay, one pass of a run:
 - `replay.orchestrator`: one pass: take the run lease, replay the body, record how the run
   ended.
 - `replay.graphs`: a graph run's pass: plan from its steps, start what the plan fires, plan
-  again.
+  again (one planner per pass, told the rows each round moved).
+- `replay.graph_steps`: the steps a graph pass reads, a long for_each's succeeded items as a
+  count.
 - `replay.versions`: deploy safety: the definition a graph run started on, and what a
   non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `replay.workflow`: the `wf` handle a body drives its run with.
@@ -46,7 +49,8 @@ replay, one pass of a run:
 - `replay.steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph
   node).
 - `replay.children`: child runs started by a step, and telling the parent when they end.
-- `replay.queued`: handing a queued step to a worker from inside a pass.
+- `replay.queued`: handing a queued step to a worker from inside a pass, or running it in place
+  (unless recovery holds in-place running while it takes work over).
 - `replay.suspension`: suspending the run from inside its pass.
 - `replay.attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it
   (fenced).

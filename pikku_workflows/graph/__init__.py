@@ -13,11 +13,13 @@ from .definition import (
 )
 from .inputs import Scope, resolve, resolve_node_input
 from .nodes import GraphNode
-from .planner import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan, plan
-from .snapshot import NodeState
+from .planner import DEFAULT_MAX_ITEMS, Planner, plan
+from .plans import GRAPH_MAX_VISITS, GRAPH_NODE_FAILED, Fire, Plan
+from .snapshot import NodeState, SettledItems
 from .validation import definition_problems, function_problems, structure_problems
 
 __all__ = [
+    "DEFAULT_MAX_ITEMS",
     "GRAPH_MAX_VISITS",
     "GRAPH_NODE_FAILED",
     "Fire",
@@ -25,7 +27,9 @@ __all__ = [
     "GraphNode",
     "NodeState",
     "Plan",
+    "Planner",
     "Scope",
+    "SettledItems",
     "canonical_json",
     "definition_hash",
     "definition_problems",

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import InvalidInput
-from ..serialization import NotStorableJson, round_trip
+from ..serialization import NotStorableJson, loads_json, round_trip
 from .nodes import GraphNode
-from .topology import Topology, build_topology
-from .validation import build_nodes, raise_problems, structure_problems
+from .topology import Topology
+from .validation import check_structure, raise_problems
 
 
 @dataclass(frozen=True)
@@ -43,29 +43,33 @@ def definition_hash(source: Any) -> str:
     return hashlib.sha256(canonical_json(source).encode()).hexdigest()[:16]
 
 
-def parse_definition(raw: Any, *, name: str | None = None) -> GraphDefinition:
+def parse_definition(
+    raw: Any, *, name: str | None = None, max_nodes: int | None = None
+) -> GraphDefinition:
     """Validate the structure of `raw` (step function names aside: they may register later)
-    and return it parsed; InvalidInput lists every problem (`.problems`)."""
-    raise_problems(structure_problems(raw), name)
+    and return it parsed; InvalidInput lists every problem (`.problems`). `max_nodes`: the
+    most nodes it may have (None: any number, for a definition stored when it was registered)."""
+    checked = check_structure(raw, max_nodes=max_nodes)
+    raise_problems(checked.problems, name)
     try:
-        source = round_trip(raw)
+        source = checked.source if checked.storable else round_trip(checked.source)
     except NotStorableJson as exc:  # the nodes' JSON is checked; a top-level key may not be
         raise InvalidInput(problems=[f"the definition is not storable JSON: {exc}"]) from exc
-    nodes = build_nodes(source["nodes"])
+    assert checked.topology is not None  # a definition without problems has its topology
     entry = source["entry"]
     return GraphDefinition(
         entry=tuple(dict.fromkeys([entry] if isinstance(entry, str) else entry)),
-        nodes=nodes,
+        nodes=checked.nodes,
         source=source,
         hash=definition_hash(source),
-        topology=build_topology({node_id: node.next for node_id, node in nodes.items()}),
+        topology=checked.topology,
     )
 
 
 def read_definition_file(path: str | Path) -> tuple[str | None, dict[str, Any]]:
     """A definition file's `name` (None if absent) and the definition without it."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = loads_json(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"Cannot read the graph definition {str(path)!r}: {exc}") from exc
     if not isinstance(raw, dict):

@@ -3,6 +3,7 @@ and error handlers used as such, results read only from nodes that can run first
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 from .nodes import GraphNode
@@ -163,15 +164,15 @@ def _edge_need(
 def _forward_order(nodes: Mapping[str, GraphNode], topology: Topology) -> list[str]:
     """Nodes in topological order of the forward edges (they form no cycle), ties by id."""
     waiting = {n: len(topology.forward_predecessors.get(n, ())) for n in nodes}
-    ready = sorted(n for n, count in waiting.items() if count == 0)
+    ready = [n for n, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
     order = []
     while ready:
-        node_id = ready.pop(0)
+        node_id = heapq.heappop(ready)
         order.append(node_id)
-        for target in sorted(set(nodes[node_id].next)):
+        for target in set(nodes[node_id].next):
             if target in waiting and not topology.is_back_edge(node_id, target):
                 waiting[target] -= 1
                 if waiting[target] == 0:
-                    ready.append(target)
-        ready.sort()
+                    heapq.heappush(ready, target)
     return order

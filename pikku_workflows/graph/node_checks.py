@@ -11,7 +11,7 @@ from ..exceptions import InvalidInput
 from ..retry import EXPONENTIAL
 from ..serialization import NotStorableJson, round_trip
 from .approval_options import approval_problems, outcome_branch_problems
-from .nodes import MAX_VISITS_LIMIT, MODES, RETRIES_LIMIT
+from .nodes import MAX_ITEMS_LIMIT, MAX_VISITS_LIMIT, MODES, RETRIES_LIMIT
 from .references import (
     BUILTIN_ROOTS,
     ITEM,
@@ -36,6 +36,7 @@ NODE_OPTIONS = frozenset(
         "on_error",
         "for_each",
         "mode",
+        "max_items",
         "max_visits",
         "description",
     }
@@ -208,6 +209,16 @@ def _fan_out_problems(node: dict[str, Any], node_ids: Collection[str]) -> list[s
             problems.append("mode is set without for_each")
         if node["mode"] not in MODES:
             problems.append(f"mode must be one of {list(MODES)}, not {node['mode']!r}")
+    if "max_items" in node:
+        if "for_each" not in node:
+            problems.append("max_items is set without for_each")
+        value = node["max_items"]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= MAX_ITEMS_LIMIT
+        ):
+            problems.append(f"max_items must be an int from 1 to {MAX_ITEMS_LIMIT}, not {value!r}")
     return problems
 
 

@@ -18,6 +18,8 @@ from .references import (
 
 DEFAULT_MAX_VISITS = 10
 MAX_VISITS_LIMIT = 1000
+# A node's own `max_items` may raise the fan-out cap (MAX_FAN_OUT) up to this many items.
+MAX_ITEMS_LIMIT = 1_000_000
 RETRIES_LIMIT = 1000
 PARALLEL = "parallel"
 SEQUENTIAL = "sequential"
@@ -31,7 +33,8 @@ class GraphNode:
     `next`: every target `next` names, branches included, in written order; `branches`: the
     `{branch: targets}` of a branching node, None when `next` fires unconditionally;
     `has_input`: whether `input` was given (an explicit null is an input); `for_each`: the
-    reference to the list it fans out over; `depends_on`: the nodes whose results its
+    reference to the list it fans out over; `max_items`: how long that list may be (None: the
+    MAX_FAN_OUT setting decides); `depends_on`: the nodes whose results its
     input, for_each or approval data read (they must have succeeded before it fires).
     """
 
@@ -47,6 +50,7 @@ class GraphNode:
     on_error: str | None = None
     for_each: Reference | None = None
     mode: str = PARALLEL
+    max_items: int | None = None
     max_visits: int = DEFAULT_MAX_VISITS
     depends_on: tuple[str, ...] = ()
 
@@ -88,6 +92,7 @@ def build_node(node_id: str, raw: dict[str, Any], node_ids: Collection[str]) -> 
         on_error=_on_error(raw.get("on_error"), node_id, node_ids),
         for_each=for_each,
         mode=raw["mode"] if raw.get("mode") in MODES else PARALLEL,
+        max_items=_bounded_int(raw.get("max_items"), 1, MAX_ITEMS_LIMIT),
         max_visits=_bounded_int(raw.get("max_visits"), 1, MAX_VISITS_LIMIT) or DEFAULT_MAX_VISITS,
         depends_on=_dependencies(raw, approval, node_ids),
     )

@@ -4,16 +4,17 @@ checked at registration) and, given the names that exist, its step functions."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import InvalidInput
-from ..serialization import NotStorableJson, round_trip
+from ..serialization import NestedTooDeeply, NotStorableJson, round_trip
 from ..step_keys import RESERVED_KEY_CHARACTERS
 from .graph_rules import graph_problems
 from .node_checks import node_problems
 from .nodes import GraphNode, build_node
 from .references import BUILTIN_ROOTS
-from .topology import build_topology
+from .topology import Topology, build_topology
 
 TOP_LEVEL_OPTIONS = frozenset({"entry", "nodes", "description"})
 # Step keys hold 255 characters; a node id leaves room for `#N`, `[i]` and `:onError`.
@@ -22,11 +23,41 @@ NODE_ID_MAX_LENGTH = 200
 FunctionNames = Collection[str] | Callable[[str], bool]
 
 
-def structure_problems(raw: Any) -> list[str]:
-    """Every problem with the definition itself, step function names aside."""
-    raw = _as_json(raw)
+@dataclass(frozen=True)
+class CheckedStructure:
+    """What checking a definition's structure found: its `problems`, and what it built on the
+    way (the definition as stored, its nodes and their topology) for `parse_definition`;
+    `source` is the definition's JSON round trip, or as given when it is not storable."""
+
+    problems: list[str]
+    source: Any = None
+    storable: bool = False
+    nodes: dict[str, GraphNode] = field(default_factory=dict)
+    topology: Topology | None = None
+
+
+def structure_problems(raw: Any, *, max_nodes: int | None = None) -> list[str]:
+    """Every problem with the definition itself, step function names aside. A graph of more
+    than `max_nodes` nodes, or nested too deeply to walk, is refused with that one problem."""
+    return check_structure(raw, max_nodes=max_nodes).problems
+
+
+def check_structure(raw: Any, *, max_nodes: int | None = None) -> CheckedStructure:
+    """`structure_problems`, with the nodes and topology built on the way (linear in nodes and
+    edges: each is built once)."""
+    if isinstance(raw, dict) and isinstance(raw.get("nodes"), dict):
+        count = len(raw["nodes"])
+        if max_nodes is not None and count > max_nodes:
+            return CheckedStructure(
+                [f"the graph has {count} nodes; at most {max_nodes} (GRAPH_MAX_NODES)"]
+            )
+    try:
+        raw, storable = _as_json(raw)
+    except NestedTooDeeply as exc:
+        return CheckedStructure([f"the definition is not storable JSON: {exc}"])
     if not isinstance(raw, dict):
-        return [f"a graph definition is an object with 'entry' and 'nodes', not {raw!r}"]
+        problem = f"a graph definition is an object with 'entry' and 'nodes', not {raw!r}"
+        return CheckedStructure([problem])
     problems = [f"unknown option {key!r}" for key in sorted(set(raw) - TOP_LEVEL_OPTIONS, key=str)]
     if not isinstance(raw.get("description", ""), str):
         problems.append(f"description must be a string, not {raw['description']!r}")
@@ -42,7 +73,8 @@ def structure_problems(raw: Any) -> list[str]:
         problems += node_problems(node_id, raw_nodes[node_id], node_ids)
     nodes = build_nodes(raw_nodes)
     topology = build_topology({node_id: node.next for node_id, node in nodes.items()})
-    return problems + graph_problems(entry, nodes, topology)
+    problems += graph_problems(entry, nodes, topology)
+    return CheckedStructure(problems, raw, storable, nodes, topology)
 
 
 def function_problems(nodes: Iterable[GraphNode], known_functions: FunctionNames) -> list[str]:
@@ -59,7 +91,7 @@ def definition_problems(raw: Any, known_functions: FunctionNames | None = None) 
     """Every problem: the structure's, then (when `known_functions` is given) unknown step
     functions. `known_functions` is a collection of names or a predicate on a name."""
     problems = structure_problems(raw)
-    raw = _as_json(raw)
+    raw, _ = _as_json(raw)
     if known_functions is not None and isinstance(raw, dict):
         problems += function_problems(build_nodes(raw.get("nodes")).values(), known_functions)
     return problems
@@ -88,13 +120,16 @@ def build_nodes(raw_nodes: Any) -> dict[str, GraphNode]:
     }
 
 
-def _as_json(raw: Any) -> Any:
-    """The definition as it will be stored (tuples become lists); as given when it is not
-    storable, so the node checks can say where."""
+def _as_json(raw: Any) -> tuple[Any, bool]:
+    """The definition as it will be stored (tuples become lists) and True; as given and False
+    when it is not storable, so the node checks can say where (NestedTooDeeply: nothing may
+    walk it)."""
     try:
-        return round_trip(raw)
+        return round_trip(raw), True
+    except NestedTooDeeply:
+        raise
     except NotStorableJson:
-        return raw
+        return raw, False
 
 
 def _node_id_problems(raw_nodes: dict[Any, Any]) -> list[str]:

@@ -160,3 +160,21 @@ def signalled(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     except pw.SignalTimeout as exc:
         return {"go": go, "never": exc.code}
     return {"go": go, "never": "came"}
+
+
+@pw.step_function("e2e.overrun", inline=False, timeout="300ms")
+def overrun(data: dict[str, Any], ctx: pw.StepContext) -> str:
+    """Works `seconds`, far past its timeout, logging when each attempt starts and (should the
+    timeout not stop it) how it ended."""
+    record_attempt(data["log"], ctx, event="start")
+    try:
+        time.sleep(data["seconds"])
+    except Exception:
+        record_attempt(data["log"], ctx, event="swallowed")  # a broad except must not save it
+    record_attempt(data["log"], ctx, event="end")
+    return "finished"
+
+
+@pw.workflow("e2e.overrunning")
+def overrunning(wf: pw.Workflow, input: dict[str, Any]) -> str:
+    return wf.do("work", "e2e.overrun", input, retries=1, retry_delay="100ms")

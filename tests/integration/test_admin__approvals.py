@@ -224,6 +224,21 @@ def test_decide_page__reject_without_a_form_takes_optional_json(gated):
     )
 
 
+def test_decide_page__json_nested_too_deep_to_parse_is_a_form_error(gated):
+    finance = person("treasurer", "finance")
+    approval = gated["approvals"]["finance"]
+    deep = "[" * 100_000 + "]" * 100_000
+
+    response = client_of(finance).post(
+        decide_url(approval), {"decision": "reject", "json_data": deep}
+    )
+
+    assert response.status_code == 200
+    assert "nested deeper than 256 levels" in text_of(response)
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING
+
+
 def test_decide_page__someone_not_allowed_sees_why_and_a_forged_post_is_denied(gated):
     approval = gated["approvals"]["finance"]
     client = client_of(gated["manager"])

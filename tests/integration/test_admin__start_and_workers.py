@@ -69,6 +69,8 @@ def test_start__the_run_list_links_to_it(admin_client):
     [
         ('{"items": [', "Not valid JSON: Expecting value (line 1, column 12)."),
         ('{"amount": NaN}', "not storable JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 256 levels"),
+        ("[" * 300 + "]" * 300, "nested deeper than 256 levels"),
     ],
 )
 def test_start__bad_input_is_a_form_error_and_starts_nothing(admin_client, shop, text, problem):

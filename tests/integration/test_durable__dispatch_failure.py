@@ -13,7 +13,6 @@ from django.test import override_settings
 import pikku_workflows as pw
 from pikku_workflows import tasks
 from pikku_workflows.engine.operations.timers import fire_due_timers
-from pikku_workflows.exceptions import WorkflowDispatchException
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.queue import drain_queue, queued_tasks
@@ -96,8 +95,7 @@ def test_dispatch_failure__the_step_stays_pending_and_the_run_running(broker, ra
     run_id = pw.start_workflow("dsp.order", {"amount": 5})
     broker.down = True
 
-    with pytest.raises(WorkflowDispatchException):
-        tasks.orchestrate(run_id)  # the start message's pass: the step cannot be dispatched
+    tasks.orchestrate(run_id)  # the start message's pass: the step cannot be dispatched
 
     assert broker.refused == 1
     step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")
@@ -113,8 +111,7 @@ def test_dispatch_failure__once_the_broker_is_back_recovery_completes_the_run(
 ):
     run_id = pw.start_workflow("dsp.order", {"amount": 5})
     broker.down = True
-    with pytest.raises(WorkflowDispatchException):
-        tasks.orchestrate(run_id)
+    tasks.orchestrate(run_id)
     broker.down = False
 
     assert recover(RELAY_PENDING_AFTER_SECONDS=0)["relayed"] == 1
@@ -171,10 +168,7 @@ def test_dispatch_failure__after_a_step_succeeded_the_stalled_sweep_resumes(
     broker.down = True
 
     # A worker outside the orchestrators' cluster sends the pass rather than running it here.
-    with (
-        override_settings(PIKKU_WORKFLOWS={"ORCHESTRATOR_QUEUE": "orchestrators"}),
-        pytest.raises(WorkflowDispatchException),
-    ):
+    with override_settings(PIKKU_WORKFLOWS={"ORCHESTRATOR_QUEUE": "orchestrators"}):
         tasks.execute_step(run_id, "charge")  # the result is recorded; the pass is not sent
 
     step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")

@@ -13,6 +13,7 @@ from django.test import override_settings
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
+from pikku_workflows import tasks
 from pikku_workflows.engine.operations.recovery import RedispatchBackoff
 from pikku_workflows.engine.operations.timers import fire_due_timers
 from pikku_workflows.engine.replay.attempts import claim_next_attempt
@@ -309,6 +310,43 @@ def test_recover__backoff_holds_a_run_between_relays(ran, monkeypatch):
     drain_queue()
     assert run_of(run_id).status == RunStatus.COMPLETED
     assert ran == [1]
+
+
+def test_recover__backoff_starts_afresh_once_the_run_moved_on(monkeypatch, through_the_queue):
+    # The progress the backoff compares is read from the tables: the run's and its steps' last
+    # change. A run relayed a moment ago is relayed again at once when it has moved on since.
+    from pikku_workflows.engine.operations import recovery
+
+    @pw.step_function("rec.step", inline=False)
+    def step(data: dict, ctx: pw.StepContext) -> str:
+        return ctx.step_key
+
+    @pw.workflow("rec.two_steps")
+    def two_steps(wf: pw.Workflow, input: dict) -> list[str]:
+        return [wf.do("first", "rec.step", {}), wf.do("second", "rec.step", {})]
+
+    clock = FakeClock()
+    monkeypatch.setattr(recovery, "backoff", RedispatchBackoff(clock=clock))
+    run_id = pw.start_workflow("rec.two_steps", {})
+    orchestrate(run_id)
+    lose_every_message()
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 1  # `first`, and the run is held for 30 s
+
+    lose_every_message()
+    tasks.execute_step(run_id, "first")  # a worker took the relay; its pass sends `second`
+    assert step_of(run_id, "second").status == StepStatus.SCHEDULED
+    lose_every_message()  # and that message is lost
+    clock.now += 1
+
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 1  # it moved on: relayed at once, not held
+    assert queued_tasks() == [(EXECUTE_STEP, (run_id, "second"))]
+    lose_every_message()
+    clock.now += 29
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 0  # stuck at `second`: held 30 s again
+    clock.now += 1
+    assert recover(**RELAY_AT_ONCE)["relayed"] == 1  # the first hold, not a doubled one
+    drain_queue()
+    assert run_of(run_id).output == ["first", "second"]
 
 
 def test_recover__backoff_is_per_run(ran, monkeypatch):

@@ -438,6 +438,30 @@ def test_graph__for_each_over_something_that_is_no_list_fails_the_run_clearly(ca
     assert calls.keys == []
 
 
+@pytest.mark.postgres
+def test_graph__a_for_each_list_longer_than_max_fan_out_fails_the_run_and_runs_no_item(
+    calls, settings
+):
+    settings.PIKKU_WORKFLOWS = {"MAX_FAN_OUT": 3}
+    each = {"function": "g.echo", "for_each": {"$ref": "trigger"}}
+    pw.graph_workflow("graph.each_capped", {"entry": "handle", "nodes": {"handle": each}})
+    pw.graph_workflow(
+        "graph.each_raised",
+        {"entry": "handle", "nodes": {"handle": {**each, "max_items": 4}}},
+    )
+
+    capped = load_run(pw.start_workflow("graph.each_capped", [1, 2, 3, 4], inline=True))
+    raised = load_run(pw.start_workflow("graph.each_raised", [1, 2, 3, 4], inline=True))
+    at_the_cap = load_run(pw.start_workflow("graph.each_capped", [1, 2, 3], inline=True))
+
+    assert (capped.status, capped.error["code"]) == (RunStatus.FAILED, "INVALID_INPUT")
+    assert "for_each over 4 items" in capped.error["message"]
+    assert "MAX_FAN_OUT setting allows at most 3" in capped.error["message"]
+    assert step_keys(capped.pk) == []
+    assert (raised.status, raised.output) == (RunStatus.COMPLETED, {"handle": [1, 2, 3, 4]})
+    assert (at_the_cap.status, at_the_cap.output) == (RunStatus.COMPLETED, {"handle": [1, 2, 3]})
+
+
 def test_graph__a_failing_item_fails_the_run_and_nothing_downstream_runs(calls):
     pw.graph_workflow(
         "graph.each_fails",

@@ -60,6 +60,18 @@ START_CASES: dict[str, tuple[Callable[[], Any], str]] = {
         "surrogate",
     ),
     "input nested 5000 deep": (lambda: pw.start_workflow("bad.hello", deep(5000)), "nested"),
+    # Deep enough for Python to encode, too deep for what walks it later in a pass.
+    "input nested 300 deep": (
+        lambda: pw.start_workflow("bad.hello", deep(300)),
+        "nested deeper than 256 levels",
+    ),
+    "graph definition nested 10000 deep": (
+        lambda: pw.graph_workflow(
+            "bad.deep_graph",
+            {"entry": "a", "nodes": {"a": {"function": "bad.greet", "input": deep(10_000)}}},
+        ),
+        "nested deeper than 256 levels",
+    ),
     "NUL in input": (lambda: pw.start_workflow("bad.hello", {"a": "x\x00"}), "NUL"),
     "input not JSON": (lambda: pw.start_workflow("bad.hello", {"a": object()}), "input"),
     "idempotency key too long": (

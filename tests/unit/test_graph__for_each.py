@@ -200,3 +200,33 @@ def test_for_each__a_failing_item_fires_its_own_error_handler():
     assert keys(result.fire) == ["handle[0]:onError"]
     assert result.fire[0].input == {"error": {"message": "no"}, "data": 1}
     assert result.fire[0].from_key == "handle[0]"
+
+
+def test_for_each__a_list_longer_than_max_items_fails_the_run_before_any_item():
+    result = plan(graph(FAN), None, [step("list", result={"items": [1, 2, 3]})], max_items=2)
+
+    assert result.fire == ()
+    assert result.failure["code"] == "INVALID_INPUT"
+    assert result.failure["step_key"] == "handle"
+    assert "for_each over 3 items" in result.failure["message"]
+    assert "MAX_FAN_OUT" in result.failure["message"]
+
+
+def test_for_each__the_node_s_max_items_overrides_the_default_both_ways():
+    raised = {**FAN, "handle": {**FAN["handle"], "max_items": 3}}
+    lowered = {**FAN, "handle": {**FAN["handle"], "max_items": 1}}
+    listed = [step("list", result={"items": [1, 2, 3]})]
+
+    assert keys(plan(graph(raised), None, listed, max_items=2).fire) == [
+        "handle[0]",
+        "handle[1]",
+        "handle[2]",
+    ]
+    refused = plan(graph(lowered), None, listed).failure
+    assert "its max_items allows at most 1" in refused["message"]
+
+
+def test_for_each__the_default_cap_is_a_thousand_items():
+    listed = [step("list", result={"items": list(range(1001))})]
+
+    assert "at most 1000" in plan(graph(FAN), None, listed).failure["message"]

@@ -226,3 +226,30 @@ def test_check_graph_workflows__ignores_code_workflows():
     pw.workflow("tests.code")(lambda wf, input: input)
 
     assert _graph_errors() == []
+
+
+def _chain(nodes: int) -> dict:
+    graph = {f"n{i}": {"function": "f", "next": f"n{i + 1}"} for i in range(nodes - 1)}
+    return {"entry": "n0", "nodes": {**graph, f"n{nodes - 1}": {"function": "f"}}}
+
+
+def test_graph_workflow__more_nodes_than_graph_max_nodes_is_invalid_input():
+    with pytest.raises(InvalidInput, match=r"5001 nodes; at most 5000 \(GRAPH_MAX_NODES\)"):
+        pw.graph_workflow("tests.too_big", _chain(5001))
+
+    assert "tests.too_big" not in registry.workflows
+
+
+def test_graph_workflow__graph_max_nodes_is_a_setting(settings):
+    settings.PIKKU_WORKFLOWS = {"GRAPH_MAX_NODES": 3}
+
+    pw.graph_workflow("tests.three", _chain(3))
+    with pytest.raises(InvalidInput, match="GRAPH_MAX_NODES"):
+        pw.graph_workflow("tests.four", _chain(4))
+
+
+def test_graph_workflow__a_stored_definition_over_the_cap_still_parses(settings):
+    # A definition registered under a higher cap stays readable for the runs that started on it.
+    settings.PIKKU_WORKFLOWS = {"GRAPH_MAX_NODES": 3}
+
+    assert len(parse_definition(_chain(4)).nodes) == 4

@@ -413,6 +413,11 @@ def test_validation__a_node_cannot_have_both():
         ({"function": "f", "retries": "3"}, "retries must be an int from 0 to 1000, not '3'"),
         ({"function": "f", "max_visits": 0}, "max_visits must be an int from 1 to 1000, not 0"),
         ({"function": "f", "max_visits": 2.5}, "max_visits must be an int from 1 to 1000, not 2.5"),
+        ({"function": "f", "max_items": 5}, "max_items is set without for_each"),
+        (
+            {"function": "f", "for_each": {"$ref": "trigger"}, "max_items": 0},
+            "max_items must be an int from 1 to 1000000, not 0",
+        ),
         ({"function": "f", "on_error": 5}, "on_error must name a node, not 5"),
         ({"function": "f", "description": 1}, "description must be a string, not 1"),
         ({"function": "f", "retires": 3}, "unknown options ['retires']"),
@@ -560,3 +565,43 @@ def test_validation__full_validation_lists_structure_and_functions_together():
         "node 'a': next names unknown node 'ghost'",
         "node 'a': unknown step function 'missing'",
     ]
+
+
+def test_validation__more_nodes_than_the_cap_is_one_problem_found_before_anything_else():
+    nodes = {f"n{i}": {"function": "f", "next": f"n{i + 1}"} for i in range(10)}
+    nodes["n10"] = {"function": 5}
+
+    assert structure_problems({"entry": "n0", "nodes": nodes}, max_nodes=10) == [
+        "the graph has 11 nodes; at most 10 (GRAPH_MAX_NODES)"
+    ]
+    assert structure_problems({"entry": "n0", "nodes": nodes}, max_nodes=11) == [
+        "node 'n10': function must be a step function name, not 5"
+    ]
+
+
+@pytest.mark.parametrize("where", ["input", "approval"])
+def test_validation__a_definition_nested_ten_thousand_deep_is_one_problem_not_a_recursion_error(
+    where,
+):
+    deep: list = []
+    for _ in range(10_000):
+        deep = [deep]
+    node = {"function": "f", "input": deep} if where == "input" else {"approval": {"data": deep}}
+
+    problems = structure_problems({"entry": "a", "nodes": {"a": node}})
+
+    assert problems == [
+        "the definition is not storable JSON: the value is nested deeper than 256 levels"
+    ]
+
+
+def test_validation__nesting_just_past_the_limit_is_refused_and_at_the_limit_accepted():
+    def nested(depth: int) -> list:
+        value: list = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    # The definition, "nodes" and the node are three levels above the input's.
+    assert structure_problems({"entry": "a", "nodes": {"a": fn(input=nested(253))}}) == []
+    assert structure_problems({"entry": "a", "nodes": {"a": fn(input=nested(254))}}) != []

@@ -8,7 +8,13 @@ import uuid
 import pytest
 from django.test import override_settings
 
-from pikku_workflows.serialization import NotStorableJson, round_trip
+from pikku_workflows.serialization import (
+    MAX_NESTING_DEPTH,
+    NestedTooDeeply,
+    NotStorableJson,
+    loads_json,
+    round_trip,
+)
 
 
 def test_round_trip__tuple_becomes_list():
@@ -143,6 +149,30 @@ def test_round_trip__values_nested_too_deeply_are_rejected_not_a_recursion_error
         deep = [deep]
     with pytest.raises(NotStorableJson, match="nested"):
         round_trip(deep)
+
+
+def _nested(levels: int) -> list:
+    value: list = [1]
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_round_trip__nesting_is_capped_at_max_nesting_depth():
+    assert MAX_NESTING_DEPTH == 256
+    assert round_trip(_nested(256)) == _nested(256)
+    assert round_trip({"a": _nested(255)}) == {"a": _nested(255)}
+    with pytest.raises(NestedTooDeeply, match="nested deeper than 256 levels"):
+        round_trip(_nested(257))
+    with pytest.raises(NestedTooDeeply):
+        round_trip({"wide": [1] * 1000, "deep": _nested(256)})
+
+
+def test_loads_json__deep_text_is_nested_too_deeply_never_a_recursion_error():
+    for levels in (257, 100_000):
+        with pytest.raises(NestedTooDeeply):
+            loads_json("[" * levels + "]" * levels)
+    assert loads_json("[[1]]") == [[1]]
 
 
 def test_round_trip__values_over_max_payload_bytes_are_rejected():

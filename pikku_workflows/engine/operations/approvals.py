@@ -41,7 +41,7 @@ from ...models import WorkflowApproval, WorkflowApprovalDecision, WorkflowAuditE
 from ...querysets import DatabaseNow
 from ...status import ApprovalStatus
 from ...validation import REASON_MAX_LENGTH, checked_text
-from ..store.approval_deciders import decider_for, eligible_deciders
+from ..store.approval_deciders import decider_for, eligible_deciders, undecidable
 from ..store.approval_rows import (
     announce,
     close_approval_txn,
@@ -113,6 +113,10 @@ def reassign_approval(
             return _Verdict(approval, ApprovalForbidden(why, approval_id=approval.pk, reason=why))
         if approval.policy == ApprovalPolicy.ALL and not entries:
             return _Verdict(approval, InvalidInput("policy 'all' needs approvers."))
+        undecided = undecidable(approval, entries)
+        if undecided is not None:
+            message = f"Nobody could ever decide approval {approval.pk}: {undecided}."
+            return _Verdict(approval, InvalidInput(message))
         _reassign_txn(approval, list(entries), user, reason)
         return _Verdict(approval)
 

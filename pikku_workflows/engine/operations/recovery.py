@@ -23,13 +23,17 @@ from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration
 from ...exceptions import WorkflowDispatchException
 from ...models import WorkflowRun, WorkflowStep
+from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
+from ..replay.queued import in_place_hold
 from .timers import dispatch_woken, fire_due_timers
 
 logger = logging.getLogger(__name__)
 
 BACKOFF_MEMORY = 10_000
+# How long past the next sweep a takeover holds in-place running (the sweep may come late).
+TAKEOVER_MARGIN_SECONDS = 1.0
 
 
 class RedispatchBackoff:
@@ -74,13 +78,18 @@ def recover() -> dict[str, int]:
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
-    return {
+    counts = {
         "timers": fire_due_timers(),
         "lapsed": _redispatch(_lapsed_steps(), relaying),
         "relayed": _redispatch(_undispatched_steps(), relaying) + _resume(_unstarted_runs()),
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
     }
+    if counts["lapsed"] or counts["lapsed_runs"]:
+        # A takeover: until the next sweep this worker's passes run nothing in place, so the
+        # messages just sent are taken after one step of each busy pass, not its whole budget.
+        in_place_hold.hold(pikku_settings.RECOVERY_INTERVAL_SECONDS + TAKEOVER_MARGIN_SECONDS)
+    return counts
 
 
 def _relay_before() -> Any:
@@ -121,8 +130,8 @@ def _redispatch(rows: list[dict[str, Any]], relaying: set[str]) -> int:
         relaying.add(run)
         try:
             dispatch_woken(row["run_id"], row["step_key"], row["function_name"])
-        except WorkflowDispatchException:
-            logger.warning("pikku_workflows: relay of %s failed; will retry", row["step_key"])
+        except WorkflowDispatchException as exc:
+            outages.failed(f"relaying step {row['step_key']!r} of run {run}", exc)
             continue
         count += 1
     return count
@@ -166,8 +175,8 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
             continue
         try:
             enqueue_orchestration(run_id)
-        except WorkflowDispatchException:
-            logger.warning("pikku_workflows: resume of run %s failed", run_id)
+        except WorkflowDispatchException as exc:
+            outages.failed(f"resuming run {run_id}", exc)
             continue
         count += 1
     return count
@@ -175,8 +184,8 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
     """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
-    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors are
-    logged and the loop goes on (the database may come back)."""
+    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to
+    the outage log and the loop goes on (the database may come back)."""
     next_recovery = 0.0
     while not stop.is_set():
         try:
@@ -188,9 +197,11 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
                 if any(counts.values()):
                     logger.info("pikku_workflows: recovery %s", counts)
-        except Exception:
-            logger.exception("pikku_workflows: timer loop tick failed")
+        except Exception as exc:
+            outages.failed("the timer loop", exc)
             close_old_connections()
             fired = 0
+        else:
+            outages.check()
         if not fired:
             stop.wait(pikku_settings.TIMER_POLL_SECONDS)

@@ -1,7 +1,8 @@
 """`pw.send_signal`: an external event for a run. It is kept until a `wf.wait_for_signal` for
 its name takes it (at once when one is waiting), audited as `signal`, and the run's pass is
 enqueued after the commit when a wait took it. A signal to an ended run is refused
-(`InvalidTransition`), to an unknown one `RunNotFound`: never silently dropped.
+(`InvalidTransition`), to an unknown one `RunNotFound`: never silently dropped. A run keeps at
+most `MAX_KEPT_SIGNALS` signals no wait has taken; one more is refused (`InvalidTransition`).
 
 A signal sent on someone's behalf (`by=`) needs them to be the run's starter or to hold
 `SIGNAL_PERMISSION`; a refusal is `SignalForbidden`, audited `deny` (docs/approvals-and-signals.md).
@@ -13,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration
 from ...exceptions import InvalidInput, InvalidTransition, RunNotFound, SignalForbidden
 from ...models import WorkflowAuditEntry, WorkflowRun
@@ -20,7 +22,7 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
-from ..store.signal_rows import deliver_signals_txn, keep_signal_txn
+from ..store.signal_rows import deliver_signals_txn, keep_signal_txn, kept_signal_count_txn
 from .reads import get_run_status, run_pk
 from .runs import checked_user
 
@@ -57,6 +59,8 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
         signal = keep_signal_txn(pk, name, payload, by)
         taken = {sent.pk: step for sent, step in deliver_signals_txn(pk)}
         step = taken.get(signal.pk)
+        if step is None:
+            _check_kept(pk, name, status)
         WorkflowAuditEntry.objects.create(
             run_id=pk,
             step=step,
@@ -99,3 +103,19 @@ def _check_may_signal(pk: Any, name: str, by: Any) -> None:
         payload={"operation": "signal", "signal": name},
     )
     raise SignalForbidden(why, run_id=pk)
+
+
+def _check_kept(run_id: Any, name: str, status: str) -> None:
+    """Refuse (rolling the signal back) one kept signal too many: a run that never waits must
+    not collect payloads without bound."""
+    limit = pikku_settings.MAX_KEPT_SIGNALS
+    if kept_signal_count_txn(run_id) > limit:
+        raise InvalidTransition(
+            f"run {run_id}",
+            status,
+            "signalled",
+            message=(
+                f"Run {run_id} already keeps {limit} signals no wait has taken "
+                f"(MAX_KEPT_SIGNALS): {name!r} refused."
+            ),
+        )

@@ -2,19 +2,30 @@
 queued step, run one attempt, record it, let the run go on; a worker without the step's
 function hands it back). Each handles its message: steps its passes reach may run in place.
 
-Idempotent: a duplicate or late message finds nothing to claim and returns quietly.
+Idempotent: a duplicate or late message finds nothing to claim and returns quietly. A message
+whose pass the engine's own statements abandoned (the database or the queue failing) ends
+quietly too: the run is left running, recovery relays it from the tables, and the failure goes
+to the worker's outage log (architecture §3), not to django-q2 as a failed task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, close_old_connections, transaction
 
 from ...dispatch import enqueue_orchestration, serves_orchestrator_cluster
-from ...exceptions import InvalidTransition, StepFunctionNotDeployed, StepSuperseded
+from ...exceptions import (
+    InvalidTransition,
+    StepFunctionNotDeployed,
+    StepSuperseded,
+    WorkflowDispatchException,
+)
 from ...models import WorkflowStep
+from ...outages import outages
 from ...registry import registry
 from ...retry import RetryPolicy
 from ...serialization import describe_error
@@ -32,14 +43,23 @@ logger = logging.getLogger(__name__)
 
 def run_pass(run_id: Any) -> None:
     """The `orchestrate` task: one pass of the run, handling its message."""
-    with handling_message():
+    with handling_message(), _abandoned_quietly(f"the pass of run {run_id}"):
         orchestrate(run_id)
 
 
 def execute_queued_step(run_id: Any, step_key: str) -> None:
     """The `execute_step` task: claim the step, run one attempt, record it, continue the run."""
-    with handling_message():
+    with handling_message(), _abandoned_quietly(f"step {step_key!r} of run {run_id}"):
         _execute(run_id, step_key)
+
+
+@contextlib.contextmanager
+def _abandoned_quietly(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (DatabaseError, WorkflowDispatchException) as exc:
+        outages.failed(what, exc)
+        close_old_connections()
 
 
 def _execute(run_id: Any, step_key: str) -> None:

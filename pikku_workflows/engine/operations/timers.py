@@ -4,7 +4,6 @@ tests that skip time."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,6 +15,7 @@ from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration, enqueue_step
 from ...exceptions import WorkflowDispatchException
 from ...models import WorkflowApproval, WorkflowStep
+from ...outages import outages
 from ...querysets import DatabaseNow
 from ...registry import registry
 from ...status import ApprovalStatus, StepKind, StepStatus
@@ -23,8 +23,6 @@ from ..store.approval_rows import fire_approval_timer_txn, send_due_reminders
 from ..store.claims import lock_due_timers_txn
 from ..store.signal_rows import time_out_wait_txn
 from ..store.step_transitions import move_step_txn
-
-logger = logging.getLogger(__name__)
 
 
 def fire_due_timers(limit: int | None = None) -> int:
@@ -34,9 +32,9 @@ def fire_due_timers(limit: int | None = None) -> int:
     for step in due:
         try:
             dispatch_woken(step.run_id, step.step_key, step.function_name)
-        except WorkflowDispatchException:
+        except WorkflowDispatchException as exc:
             # The row says what is due; recovery relays it once the queue is back.
-            logger.warning("pikku_workflows: woken step %s not dispatched", step.step_key)
+            outages.failed(f"dispatching woken step {step.step_key!r}", exc)
     return len(due) + send_due_reminders(batch)
 
 

@@ -9,63 +9,63 @@ again, until the run completes, fails, or waits on something outside the pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ...conf import pikku_settings
 from ...control_flow import RunParked
 from ...exceptions import ApprovalExpired, GraphRunFailed, StepFailed
-from ...graph import Fire, GraphDefinition, NodeState, plan
+from ...graph import Fire, GraphDefinition, Planner, SettledItems
 from ...models import WorkflowStep
 from ...retry import RetryPolicy
 from ...status import StepKind
 from .approval_steps import approval_at
+from .graph_steps import node_states, read_graph_steps
 from .replay_pass import ReplayPass
 from .steps import StepCall, drive_call, leaves_the_pass, named_call, queue_new_step
 from .versions import run_graph_definition
 from .workflow import Workflow, engine_statements
 
 
-def run_graph(rp: ReplayPass, wf: Workflow, trigger: Any) -> Any:
+def run_graph(rp: ReplayPass, read: bool, wf: Workflow, trigger: Any) -> Any:
     """The body of every graph run: returns the run's output once the plan completes; raises
     GraphRunFailed on the plan's failure, RunParked while it waits (VersionNotFound when the
-    definition it started on is no longer stored)."""
+    definition it started on is no longer stored). `read`: the pass's caller did not know the
+    steps; they are read here, once the definition says which for_each nodes to count."""
     with engine_statements():
         definition = run_graph_definition(rp.run)
-        return _GraphPass(rp, definition, trigger).run()
-
-
-def node_states(steps: Iterable[WorkflowStep]) -> list[NodeState]:
-    """The step rows as the planner reads them."""
-    return [
-        NodeState(
-            key=step.step_key,
-            status=step.status,
-            attempt=step.attempt,
-            attempt_limit=step.attempt_limit,
-            result=step.result,
-            branch_taken=step.branch_taken,
-            from_step_key=step.from_step_key,
-            error=step.error,
-            data=step.data,
-        )
-        for step in steps
-    ]
+        settled: dict[str, SettledItems] = {}
+        if read:
+            steps, settled = read_graph_steps(rp.run.pk, definition)
+            rp.steps.update(steps)
+        return _GraphPass(rp, definition, trigger, settled).run()
 
 
 class _GraphPass:
     """One pass over a graph run. `parked`: instances this pass already found waiting on
     something outside it (a worker, a timer, a child run); they are not driven again."""
 
-    def __init__(self, rp: ReplayPass, definition: GraphDefinition, trigger: Any) -> None:
+    def __init__(
+        self,
+        rp: ReplayPass,
+        definition: GraphDefinition,
+        trigger: Any,
+        settled: dict[str, SettledItems],
+    ) -> None:
         self.rp = rp
         self.definition = definition
         self.trigger = trigger
+        self.settled = settled
         self.parked: set[str] = set()
 
     def run(self) -> Any:
+        steps = node_states(self.rp.steps.values())
+        max_items = pikku_settings.MAX_FAN_OUT
+        planner = Planner(
+            self.definition, self.trigger, steps, max_items=max_items, settled_items=self.settled
+        )
         while True:
-            decided = plan(self.definition, self.trigger, node_states(self.rp.steps.values()))
+            decided = planner.plan()
             if decided.failure is not None:
                 raise GraphRunFailed(decided.failure)
             if decided.completed:
@@ -77,6 +77,9 @@ class _GraphPass:
                 self._drive_in_flight(waiting)
             else:
                 raise RunParked(decided.in_flight[0] if decided.in_flight else "")
+            # Only the instances this round started or drove can have moved.
+            moved = [fire.key for fire in decided.fire] + list(decided.in_flight)
+            planner.record(node_states(self.rp.steps[key] for key in moved if key in self.rp.steps))
 
     def _start(self, fires: tuple[Fire, ...], *, last_of_pass: bool) -> None:
         """Start every fired instance: queued ones first, each recorded pending and handed to

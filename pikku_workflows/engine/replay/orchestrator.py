@@ -101,11 +101,10 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
 
 
 def _abandon_lease(run_id: Any, holder: str) -> None:
-    try:
+    # If the database is what failed (or the caller's transaction is doomed), the lease lapses
+    # by itself, and whoever runs the pass reports the error that ended it.
+    with contextlib.suppress(DatabaseError):
         abandon_run_lease(run_id, holder)
-    except DatabaseError:
-        # The database is what failed (or the caller's transaction is doomed): the lease lapses.
-        logger.warning("pikku_workflows: could not hand back the lease of run %s", run_id)
 
 
 def _read_and_lease(run_id: Any) -> LeasedRun | None:
@@ -143,10 +142,13 @@ def _replay(
         _suspend(run, holder, describe_error(WorkflowNotDeployed(run.workflow), traceback=False))
         return False, False
     drive_child = partial(orchestrate, inline_caller=True)
+    graph = definition is None or bool(run.graph_hash)
+    # A graph pass reads its steps itself, once it knows its definition (graphs.run_graph).
+    known = {} if graph and steps is None else steps
     rp = ReplayPass.begin(
-        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=steps
+        run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=known
     )
-    body = partial(run_graph, rp) if definition is None or run.graph_hash else definition.func
+    body = partial(run_graph, rp, steps is None) if definition is None or graph else definition.func
     ended = _run_body(run, holder, rp, body)
     return ended, ended or rp.lease_released
 

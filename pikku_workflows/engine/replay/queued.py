@@ -4,7 +4,8 @@ the step's cluster, or hand it to a worker of its cluster and park the run.
 In place (docs/architecture.md §4): the pass claims the step, runs it in this process and goes
 on, with no message and no new pass, while the queue message it is handling has budget left
 (`IN_PLACE_MAX_SECONDS`, `IN_PLACE_MAX_STEPS`), the step's timeout can be enforced here and fits
-in django-q2's time for the message, and the worker is not shutting down. A queue that refuses a
+in django-q2's time for the message, the worker is not shutting down, and recovery is not taking
+work over (`in_place_hold`: its messages must not wait behind in-place passes). A queue that refuses a
 message is transient: the step stays pending, the run running, and the pass is abandoned for
 recovery to relay (docs/architecture.md §3); nothing is failed.
 """
@@ -12,6 +13,8 @@ recovery to relay (docs/architecture.md §3); nothing is failed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
@@ -67,6 +70,26 @@ class HandledMessage:
         return self.deadline is None or time.monotonic() + timeout_ms / 1000 < self.deadline
 
 
+class InPlaceHold:
+    """Until when (monotonic) no pass of this worker runs a step in place: while recovery takes
+    over lapsed work, the messages it sends would otherwise wait for the whole in-place budget of
+    every busy worker process. In shared memory once `share_across_forks` ran (pikku_worker,
+    before it forks), so its timer loop's hold reaches every worker process."""
+
+    def __init__(self) -> None:
+        self._until: Any = ctypes.c_double(0.0)
+
+    def share_across_forks(self) -> None:
+        self._until = multiprocessing.Value("d", 0.0, lock=False)
+
+    def hold(self, seconds: float) -> None:
+        self._until.value = max(self._until.value, time.monotonic() + seconds)
+
+    def held(self) -> bool:
+        return time.monotonic() < self._until.value
+
+
+in_place_hold = InPlaceHold()
 _message: ContextVar[HandledMessage | None] = ContextVar("pikku_handled_message", default=None)
 _shutting_down = threading.Event()
 _idle = threading.Event()  # no message is being handled in this process
@@ -105,6 +128,7 @@ def runs_in_place(definition: StepFunctionDefinition, timeout_ms: int | None) ->
         message is None
         or not pikku_settings.IN_PLACE
         or _shutting_down.is_set()
+        or in_place_hold.held()
         or step_cluster(definition.queue) != message.cluster
         or not message.budget_left()
         or not message.fits(timeout_ms)

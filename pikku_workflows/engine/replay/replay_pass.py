@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.db.models import Q
+
 from ...exceptions import InvalidInput
 from ...models import WorkflowRun, WorkflowStep
 from ...serialization import round_trip
@@ -128,11 +130,14 @@ class ReplayPass:
         self.run.state = {**stored, key: value}
 
 
-def read_steps(run_id: Any) -> dict[str, WorkflowStep]:
-    """Every step of the run in one query (replay must not read step by step), with what the
-    database clock says of each."""
+def read_steps(run_id: Any, *, leaving_out: Q | None = None) -> dict[str, WorkflowStep]:
+    """Every step of the run (but those `leaving_out` matches) in one query (replay must not
+    read step by step), with what the database clock says of each."""
+    rows = WorkflowStep.objects.filter(run_id=run_id)
+    if leaving_out is not None:
+        rows = rows.exclude(leaving_out)
     steps = {}
-    for step in WorkflowStep.objects.filter(run_id=run_id).with_clock():
+    for step in rows.with_clock():
         observe_timer(step, step.wake_in)
         steps[step.step_key] = step
     return steps

@@ -9,7 +9,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
-from ...approvals.policy import DECIDE_PERMISSION, GROUP_PREFIX, PERM_PREFIX, Decider
+from ...approvals.policy import (
+    DECIDE_PERMISSION,
+    GROUP_PREFIX,
+    PERM_PREFIX,
+    Decider,
+    is_username,
+    never_decidable,
+)
 from ...models import WorkflowApproval, WorkflowApprovalDecision, WorkflowAuditEntry, WorkflowRun
 
 # How far back the lineage of forks and parents is followed for four eyes.
@@ -34,6 +41,23 @@ def requesters_of(run: WorkflowRun) -> list[str]:
     )
     users |= set(actions.values_list("user_id", flat=True))
     return sorted(str(user) for user in users if user is not None)
+
+
+def undecidable(approval: WorkflowApproval, approvers: Iterable[str]) -> str | None:
+    """Why no one could ever decide `approval` if these were its approvers (`never_decidable`,
+    its requesters kept out under four eyes); None: someone could. One query, and only with
+    four eyes and usernames among the approvers."""
+    approvers, requesters = list(approvers), list(approval.requesters)
+    policy, quorum = approval.policy, approval.quorum
+    usernames = [entry for entry in approvers if is_username(entry)]
+    if not approval.exclude_requester or not requesters or not usernames:
+        return never_decidable(approvers, policy, quorum, excluded=())
+    username_field = get_user_model().USERNAME_FIELD
+    kept_out = get_user_model()._default_manager.filter(
+        pk__in=requesters, **{f"{username_field}__in": usernames}
+    )
+    excluded = set(kept_out.values_list(username_field, flat=True))
+    return never_decidable(approvers, policy, quorum, excluded=excluded)
 
 
 def decider_for(user: Any) -> Decider:

@@ -27,7 +27,7 @@ from ...approvals.policy import (
     outcome_result,
 )
 from ...approvals.signals import approval_expired, approval_reminder, approval_requested
-from ...exceptions import ApprovalExpired, InvalidTransition
+from ...exceptions import ApprovalExpired, InvalidInput, InvalidTransition
 from ...models import (
     WorkflowApproval,
     WorkflowApprovalDecision,
@@ -38,7 +38,7 @@ from ...models import (
 from ...querysets import DatabaseNow, database_in
 from ...serialization import describe_error
 from ...status import ApprovalStatus, StepStatus
-from .approval_deciders import eligible_deciders, requesters_of
+from .approval_deciders import eligible_deciders, requesters_of, undecidable
 from .approval_transitions import move_approval_txn
 from .claims import deadline_passed, lock_approval_txn, lock_due_reminders_txn
 from .step_transitions import move_step_txn
@@ -72,6 +72,7 @@ def open_approval_txn(
         summary=request.summary,
         request_data=request.data,
     )
+    _refuse_undecidable(approval)
     if request.remind_every_ms:
         approval.remind_at = database_in(request.remind_every_ms / 1000)
     approval.save(force_insert=True)
@@ -79,6 +80,16 @@ def open_approval_txn(
         approval.refresh_from_db(fields=["remind_at"])
     announce(approval_requested, approval, reason="requested")
     return approval
+
+
+def _refuse_undecidable(approval: WorkflowApproval) -> None:
+    """InvalidInput when no one could ever decide the approval, or its escalation (four eyes
+    and approvers who all requested the run): it would wait for nobody."""
+    escalation = approval.escalate_to if approval.on_expire == OnExpire.ESCALATE else []
+    for entries in (approval.approvers, escalation):
+        why = undecidable(approval, entries)
+        if why is not None:
+            raise InvalidInput(f"wf.approval: nobody could ever decide this approval: {why}.")
 
 
 def votes_of(approval: WorkflowApproval) -> list[Vote]:

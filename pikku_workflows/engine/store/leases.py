@@ -8,7 +8,6 @@ computed by the database (`lease_until`) and judged against its clock in the gua
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,10 +18,9 @@ from django.db.models import Q
 
 from ...conf import pikku_settings
 from ...models import WorkflowRun, WorkflowStep
+from ...outages import outages
 from ...querysets import DatabaseNow, database_in
 from ...status import RunStatus, StepStatus
-
-logger = logging.getLogger(__name__)
 
 
 def new_lease_holder() -> str:
@@ -176,8 +174,8 @@ class Heartbeat:
                         return
                 try:
                     renew_leases(list(runs), list(runs.values()), steps)
-                except Exception:
-                    logger.exception("pikku_workflows: lease renewal failed; retrying")
+                except Exception as exc:
+                    outages.failed("renewing leases", exc)
                     close_old_connections()
         finally:
             connection.close()

@@ -26,6 +26,12 @@ def keep_signal_txn(run_id: Any, name: str, payload: Any, by: Any) -> WorkflowSi
     return WorkflowSignal.objects.create(run_id=run_id, name=name, payload=payload, sent_by=by)
 
 
+def kept_signal_count_txn(run_id: Any) -> int:
+    """Inside the run's lock: how many of its signals no wait has taken yet."""
+    assert transaction.get_connection().in_atomic_block
+    return WorkflowSignal.objects.filter(run_id=run_id, consumed_at__isnull=True).count()
+
+
 def deliver_signals_txn(run_id: Any) -> list[tuple[WorkflowSignal, WorkflowStep]]:
     """Inside the run's lock: hand the run's kept signals to its waits, per name oldest signal to
     oldest wait; returns the (signal, step) pairs delivered."""

@@ -3,7 +3,6 @@ as a `WorkflowWorker` row its loop keeps fresh; `--reload` restarts it on code c
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
-logger = logging.getLogger("pikku_workflows.worker")
+from pikku_workflows.outages import outages
 
 
 class Command(BaseCommand):
@@ -102,5 +101,5 @@ def _quietly(work: Any) -> None:
     """The worker row is for people to read: a database outage must not stop the worker."""
     try:
         work()
-    except DatabaseError:
-        logger.warning("pikku_workflows: could not update this worker's row", exc_info=True)
+    except DatabaseError as exc:
+        outages.failed("updating this worker's row", exc)
