@@ -43,11 +43,13 @@ from .registry import graph_workflow, graph_workflow_from_file, step_function, w
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
+    from .engine.replay.gather import StepCall
     from .engine.replay.workflow import Workflow
 
 _LAZY = {
     "Workflow": "pikku_workflows.engine.replay.workflow",
     "StepContext": "pikku_workflows.engine.replay.attempts",
+    "StepCall": "pikku_workflows.engine.replay.gather",
     "start_workflow": "pikku_workflows.engine.operations.runs",
     "run_to_completion": "pikku_workflows.engine.operations.runs",
     "cancel_run": "pikku_workflows.engine.operations.control",
@@ -90,6 +92,7 @@ __all__ = [
     "RunSuspended",
     "RunTimeout",
     "SignalTimeout",
+    "StepCall",
     "StepContext",
     "StepFailed",
     "StepFunctionNotFound",

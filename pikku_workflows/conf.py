@@ -27,6 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "IN_PLACE": True,
     "IN_PLACE_MAX_SECONDS": 1,
     "IN_PLACE_MAX_STEPS": 100,
+    # The most members one `wf.gather` (or items one `wf.map`) may have.
+    "MAX_FAN_OUT": 1000,
     # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
     # (tenants); applied after the owner rule, on every endpoint that reads a run.
     "RUN_QUERYSET_FILTER": None,

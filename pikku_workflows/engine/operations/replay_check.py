@@ -18,12 +18,13 @@ from typing import Any
 
 from django.db import transaction
 
-from ...control_flow import ControlFlowSignal, ReplayDiverged
+from ...control_flow import ControlFlowSignal, ReplayDiverged, RunParked
 from ...exceptions import NonDeterministicReplay, StepFailed, VersionNotFound, WorkflowNotDeployed
 from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
 from ...serialization import round_trip
 from ...status import RunStatus, StepStatus
+from ..replay.gather import run_gather, run_map
 from ..replay.patches import run_patched
 from ..replay.replay_pass import ReplayPass, read_steps
 from ..replay.steps import (
@@ -31,7 +32,7 @@ from ..replay.steps import (
     StepOptions,
     adoptable,
     check_same_step,
-    compensation_call,
+    on_error_call,
     resolve_call,
     sleep_call,
     suspend_key,
@@ -66,9 +67,9 @@ class ReplayVerdict:
     message: str = ""
 
 
-class _Frontier(ControlFlowSignal):
+class _Frontier(RunParked):
     """The body reached a step the history does not hold (or holds unfinished): it agrees with
-    the history as far as the history goes."""
+    the history as far as the history goes (a gather's member waits there, as in a pass)."""
 
 
 def check_recent_runs(
@@ -111,7 +112,8 @@ def _replay_history(
     )
     with transaction.atomic():
         try:
-            body(_CheckingWorkflow(rp), rp.input)
+            with rp.running_body():
+                body(_CheckingWorkflow(rp), rp.input)
         except ReplayDiverged as diverged:
             error = diverged.error
             return verdict(NON_DETERMINISTIC, error.step_key, error.message)
@@ -142,10 +144,40 @@ class _CheckingWorkflow(Workflow):
         retry_delay: int | str | timedelta | None = None,
         on_error: str | None = None,
         timeout: int | str | timedelta | None = None,
+        atomic: bool | None = None,
     ) -> Any:
-        options = StepOptions(retries, retry_delay, on_error, timeout)
+        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
         return _recorded_outcome(
             self._replay, resolve_call(self._replay, key, target, data, options)
+        )
+
+    def gather(self, *members: Any, return_exceptions: bool = False) -> list[Any]:
+        return run_gather(
+            self._replay, members, return_exceptions=return_exceptions, drive=_recorded_outcome
+        )
+
+    def map(
+        self,
+        key: str,
+        target: str | Callable[[], Any],
+        items: list[Any],
+        *,
+        max_in_flight: int | None = None,
+        retries: int | None = None,
+        retry_delay: int | str | timedelta | None = None,
+        on_error: str | None = None,
+        timeout: int | str | timedelta | None = None,
+        atomic: bool | None = None,
+    ) -> list[Any]:
+        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
+        return run_map(
+            self._replay,
+            key,
+            target,
+            items,
+            options,
+            max_in_flight=max_in_flight,
+            drive=_recorded_outcome,
         )
 
     def sleep(self, key: str, duration: int | str | timedelta) -> None:
@@ -177,13 +209,13 @@ def _recorded_outcome(rp: ReplayPass, call: StepCall) -> Any:
     if step.status == StepStatus.SUCCEEDED:
         return step.result
     if step.status == StepStatus.FAILED and step.attempt >= step.attempt_limit:
-        _check_compensation(rp, call, step)
+        _check_on_error(rp, call, step)
         raise StepFailed(call.key, step.error or {})
     raise _Frontier(call.key)
 
 
-def _check_compensation(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
-    handler = compensation_call(call, step)
+def _check_on_error(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
+    handler = on_error_call(call, step)
     recorded = rp.steps.get(handler.key) if handler is not None else None
     if handler is not None and recorded is not None:
         check_same_step(recorded, handler)

@@ -155,7 +155,8 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
     """Replay the body from the top; True when the run ended (completed, failed) in it. Only
     the body's own exceptions fail the run: PassAbandoned passes through."""
     try:
-        output = body(Workflow(rp), rp.input)
+        with rp.running_body():
+            output = body(Workflow(rp), rp.input)
     except (RunParked, SuspendRequested, RunInterrupted):
         _recorded(rp)
         return False
