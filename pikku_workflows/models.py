@@ -77,6 +77,9 @@ class WorkflowRun(models.Model):
     compensation = models.CharField(
         max_length=24, choices=Compensation.choices, null=True, blank=True
     )
+    # Why they are undone: the error the run ends with once they are (its body's failure, or
+    # the cancel that asked for it).
+    compensation_cause = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -41,6 +41,8 @@ replay, one pass of a run:
 - `replay.signal_steps`: what `wf.wait_for_signal` does during a replay: park, take a kept
   signal.
 - `replay.patches`: `wf.patched` and `wf.deprecate_patch`: patch markers.
+- `replay.compensation`: undoing a failed or cancelled run's succeeded steps (`compensate=`),
+  latest first, each a durable `<key>:compensate` step; the pass drives them instead of the body.
 - `replay.gather`: what `wf.call`, `wf.gather` and `wf.map` do during a replay: members run
   on cursors of their own, new queued steps dispatched together, the run parked once.
 - `replay.steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph
