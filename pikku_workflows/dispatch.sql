@@ -12,9 +12,10 @@ queue_message AS (
 )
 
 -- name: queue_messages
--- (fragment) CTE `queue_messages`: the messages of %(queue_messages)s (a JSON array of
+-- (fragment) CTEs `queue_messages`: the messages of %(queue_messages)s (a JSON array of
 -- {step_id, key, payload}, in the order they are to run), each written once its step is in the
--- statement's CTE `dispatched`, announced on %(wake_channel)s at commit.
+-- statement's CTE `dispatched`; and `queue_woken`: each queue they went to announced once on
+-- %(wake_channel)s at commit (the statement must read it).
 queue_messages AS (
     INSERT INTO {queue} (key, payload, lock)
     SELECT message.key, message.payload, %(queue_lock)s::timestamptz
@@ -23,5 +24,8 @@ queue_messages AS (
     ) WITH ORDINALITY AS message(step_id, key, payload, position)
     JOIN dispatched ON dispatched.step_id = message.step_id
     ORDER BY message.position
-    RETURNING id, pg_notify(%(wake_channel)s, key)
+    RETURNING id, key
+),
+queue_woken AS (
+    SELECT pg_notify(%(wake_channel)s, key) FROM (SELECT DISTINCT key FROM queue_messages) AS queues
 )

@@ -80,7 +80,7 @@ def create_dispatched_steps(
         row = cursor.fetchone()
     if row is None:
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
-    released, written = row
+    released, written, _ = row
     assert written == len(steps), "every message is written with its step"
     for step in steps:
         step.status, step.attempt = StepStatus.SCHEDULED, 1

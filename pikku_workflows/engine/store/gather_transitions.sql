@@ -27,4 +27,6 @@ history AS (
 ),
 dispatched AS (SELECT step_id FROM history),
 {queue_messages}
-SELECT lease.released, (SELECT count(*) FROM queue_messages) AS messages FROM lease
+SELECT lease.released, (SELECT count(*) FROM queue_messages) AS messages,
+    (SELECT count(*) FROM queue_woken) AS woken
+FROM lease
