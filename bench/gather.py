@@ -6,7 +6,9 @@
 2. The map on a 2-process `pikku_worker`: how many passes its body took (start and settle),
    and its wall time (the run's `created_at` to `finished_at`, database timestamps) beside the
    same 200 steps in sequence (`wf.do` in a loop, run in place) on the same workers, rounds
-   alternating; the ratio map ÷ sequence.
+   alternating; the ratio map ÷ sequence, for each step's own work in `--work-ms` (a queued
+   member costs a message and a few commits that a step run in place does not: the map wins
+   once the steps do work).
 
 See bench/README.md, "gather.py".
 """
@@ -122,8 +124,10 @@ def timed_run(workflow: str, n: int, ms: int, passes: Path) -> tuple[float, int]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=200, help="items of the map (200)")
-    parser.add_argument("--work-ms", type=int, default=20, help="each step's own work (20 ms)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--work-ms", default="0,20,50,100", help="each step's own work, ms (several: 0,20,50,100)"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--server", default=os.environ.get("BENCH_PG_SERVER", "postgres://postgres@127.0.0.1:5432")
     )
@@ -140,26 +144,33 @@ def main() -> None:
     from bench.gather_workflows import MAP, SEQUENCE
 
     connections.close_all()
+    works = [int(ms) for ms in args.work_ms.split(",")]
+    maps: dict[int, list[float]] = {ms: [] for ms in works}
+    sequences: dict[int, list[float]] = {ms: [] for ms in works}
+    map_passes: list[int] = []
+    print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as scratch:
         log, passes = Path(scratch) / "worker.log", Path(scratch) / "passes"
         worker = start_workers(url, log)
         try:
             timed_run(SEQUENCE, 10, 0, passes)  # warm the worker processes up
-            maps, sequences, map_passes = [], [], []
             for _ in range(args.rounds):
-                seconds, count = timed_run(MAP, args.n, args.work_ms, passes)
-                maps.append(seconds)
-                map_passes.append(count)
-                sequences.append(timed_run(SEQUENCE, args.n, args.work_ms, passes)[0])
+                for ms in works:
+                    seconds, count = timed_run(MAP, args.n, ms, passes)
+                    maps[ms].append(seconds)
+                    map_passes.append(count)
+                    sequences[ms].append(timed_run(SEQUENCE, args.n, ms, passes)[0])
         finally:
             stop([worker])
-    print(f"{args.n}-way map, {args.work_ms} ms of work per step, 2 worker processes:")
-    print(f"  passes of the map's body per run: {map_passes}")
-    print(f"  map:      {', '.join(f'{s:.2f} s' for s in maps)} (median {median(maps):.2f} s)")
-    print(
-        f"  sequence: {', '.join(f'{s:.2f} s' for s in sequences)} (median {median(sequences):.2f} s)"
-    )
-    print(f"  map ÷ sequence: {median(maps) / median(sequences):.2f}")
+    print(f"load average after: {os.getloadavg()}")
+    print(f"{args.n}-way map on 2 worker processes; passes of its body per run: {map_passes}")
+    for ms in works:
+        map_s, seq_s = median(maps[ms]), median(sequences[ms])
+        print(
+            f"  {ms:4d} ms of work per step: map {', '.join(f'{s:.2f}' for s in maps[ms])} s, "
+            f"sequence {', '.join(f'{s:.2f}' for s in sequences[ms])} s; "
+            f"map ÷ sequence {map_s / seq_s:.2f} (medians)"
+        )
 
 
 if __name__ == "__main__":

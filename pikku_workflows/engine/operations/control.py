@@ -526,4 +526,6 @@ def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:
         from_step_key=step.from_step_key,
         branch_taken=step.branch_taken,
         child_run_id=step.child_run_id,
+        atomic=step.atomic,
+        gather_key=step.gather_key,
     )
