@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,12 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.queued import database_url, recreate_database, stop, wait_for_line  # noqa: E402
+from bench.queued import (  # noqa: E402
+    database_url,
+    recreate_database,
+    start_pikku_workers,
+    stop,
+)
 
 MODULE = "bench.gather_workflows"
 ROUND_TIMEOUT = 300
@@ -84,21 +88,6 @@ def first_pass(n: int) -> None:
     OrmQ.objects.all().delete()
 
 
-def start_workers(url: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-    env.pop("Q_CLUSTER_NAME", None)
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "pikku_worker", "--workers", "2"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    wait_for_line(process, log, "pikku_worker: cluster")
-    return process
-
-
 def timed_run(workflow: str, n: int, ms: int, passes: Path) -> tuple[float, int]:
     """(seconds from created_at to finished_at, passes of its body) of one run on the workers."""
     import pikku_workflows as pw
@@ -151,7 +140,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as scratch:
         log, passes = Path(scratch) / "worker.log", Path(scratch) / "passes"
-        worker = start_workers(url, log)
+        workers = start_pikku_workers(url, 2, log, module=MODULE)
         try:
             timed_run(SEQUENCE, 10, 0, passes)  # warm the worker processes up
             for _ in range(args.rounds):
@@ -161,7 +150,7 @@ def main() -> None:
                     map_passes.append(count)
                     sequences[ms].append(timed_run(SEQUENCE, args.n, ms, passes)[0])
         finally:
-            stop([worker])
+            stop(workers)
     print(f"load average after: {os.getloadavg()}")
     print(f"{args.n}-way map on 2 worker processes; passes of its body per run: {map_passes}")
     for ms in works:

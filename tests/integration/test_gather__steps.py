@@ -12,6 +12,7 @@ from django_q.models import OrmQ
 import pikku_workflows as pw
 from pikku_workflows import tasks
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepDispatch, StepStatus
 from tests.queue import drain_queue, queued_tasks
 
@@ -220,3 +221,23 @@ def test_gather__status_of_each_member_row(passes):
         StepDispatch.QUEUED,
     )
     assert history.scheduled_at == history.created_at == step.created_at
+
+
+def test_replay_check__reads_a_gather_without_running_or_writing_anything(passes):
+    from pikku_workflows.engine.operations.replay_check import NON_DETERMINISTIC, OK, check_run
+
+    run_id = start("g.branches")  # parked: l1 and c on workers, r1 done
+    before = list(WorkflowStep.objects.filter(run_id=run_id).values_list("step_key", "status"))
+    assert check_run(run_of(run_id)).verdict == OK
+    assert (
+        list(WorkflowStep.objects.filter(run_id=run_id).values_list("step_key", "status")) == before
+    )
+
+    def changed(wf: pw.Workflow, input: dict) -> list:  # the call member now asks for g.local
+        return wf.gather(lambda: wf.do("l1", "g.double", 1), lambda: 0, wf.call("c", "g.local", 7))
+
+    del registry.workflows["g.branches"]  # a deploy of new code
+    pw.workflow("g.branches")(changed)
+
+    verdict = check_run(run_of(run_id))
+    assert (verdict.verdict, verdict.step_key) == (NON_DETERMINISTIC, "c")

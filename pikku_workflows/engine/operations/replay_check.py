@@ -24,16 +24,13 @@ from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
 from ...serialization import round_trip
 from ...status import RunStatus, StepStatus
-from ..replay.gather import run_gather, run_map
 from ..replay.patches import run_patched
 from ..replay.replay_pass import ReplayPass, read_steps
 from ..replay.steps import (
     StepCall,
-    StepOptions,
     adoptable,
     check_same_step,
     on_error_call,
-    resolve_call,
     sleep_call,
     suspend_key,
 )
@@ -113,7 +110,7 @@ def _replay_history(
     with transaction.atomic():
         try:
             with rp.running_body():
-                body(_CheckingWorkflow(rp), rp.input)
+                body(_CheckingWorkflow(rp, drive=_recorded_outcome), rp.input)
         except ReplayDiverged as diverged:
             error = diverged.error
             return verdict(NON_DETERMINISTIC, error.step_key, error.message)
@@ -131,54 +128,9 @@ def _refuse_child(run_id: Any) -> None:
 
 
 class _CheckingWorkflow(Workflow):
-    """The `wf` of a replay check: recorded steps give their stored outcome, nothing runs and
-    nothing is written; the first step the history does not hold ends the check."""
-
-    def do(
-        self,
-        key: str,
-        target: str | Callable[[], Any],
-        data: Any = None,
-        *,
-        retries: int | None = None,
-        retry_delay: int | str | timedelta | None = None,
-        on_error: str | None = None,
-        timeout: int | str | timedelta | None = None,
-        atomic: bool | None = None,
-    ) -> Any:
-        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
-        return _recorded_outcome(
-            self._replay, resolve_call(self._replay, key, target, data, options)
-        )
-
-    def gather(self, *members: Any, return_exceptions: bool = False) -> list[Any]:
-        return run_gather(
-            self._replay, members, return_exceptions=return_exceptions, drive=_recorded_outcome
-        )
-
-    def map(
-        self,
-        key: str,
-        target: str | Callable[[], Any],
-        items: list[Any],
-        *,
-        max_in_flight: int | None = None,
-        retries: int | None = None,
-        retry_delay: int | str | timedelta | None = None,
-        on_error: str | None = None,
-        timeout: int | str | timedelta | None = None,
-        atomic: bool | None = None,
-    ) -> list[Any]:
-        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
-        return run_map(
-            self._replay,
-            key,
-            target,
-            items,
-            options,
-            max_in_flight=max_in_flight,
-            drive=_recorded_outcome,
-        )
+    """The `wf` of a replay check: recorded steps give their stored outcome (its `drive` is
+    `_recorded_outcome`), nothing runs and nothing is written; the first step the history does
+    not hold ends the check."""
 
     def sleep(self, key: str, duration: int | str | timedelta) -> None:
         _recorded_outcome(self._replay, sleep_call(self._replay, key, duration))

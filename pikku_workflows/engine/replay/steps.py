@@ -80,10 +80,6 @@ class StepCall:
     gather_key: str | None = None
 
 
-def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
-    return drive_call(rp, resolve_call(rp, key, target, data, options))
-
-
 def drive_call(rp: ReplayPass, call: StepCall) -> Any:
     """Return the call's recorded result, or start its next attempt (in this process, on a
     worker, as a child run) and drive it; raises StepFailed once it is exhausted, RunParked while

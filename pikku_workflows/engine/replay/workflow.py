@@ -21,11 +21,11 @@ from ...control_flow import PassAbandoned
 from ...exceptions import WorkflowDispatchException
 from .approval_steps import run_approval
 from .attempts import record_kept
-from .gather import StepCall, make_call, run_gather, run_map
+from .gather import Drive, StepCall, make_call, run_gather, run_map
 from .patches import run_patched
 from .replay_pass import ReplayPass
 from .signal_steps import run_wait_for_signal
-from .steps import StepOptions, run_sleep, run_step, run_suspend
+from .steps import StepOptions, drive_call, resolve_call, run_sleep, run_suspend
 
 
 @contextlib.contextmanager
@@ -42,8 +42,10 @@ def engine_statements() -> Iterator[None]:
 class Workflow:
     """The handle a workflow body drives its run with; every method is replay-safe."""
 
-    def __init__(self, replay: ReplayPass) -> None:
+    def __init__(self, replay: ReplayPass, drive: Drive = drive_call) -> None:
         self._replay = replay
+        # What reaching a step does: record or run it (a replay check only reads it instead).
+        self._drive = drive
 
     @property
     def run_id(self) -> str:
@@ -77,7 +79,7 @@ class Workflow:
         """
         options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
         with engine_statements():
-            return run_step(self._replay, key, target, data, options)
+            return self._drive(self._replay, resolve_call(self._replay, key, target, data, options))
 
     def call(
         self,
@@ -106,7 +108,9 @@ class Workflow:
         member settled, the first failure in argument order is raised, or with
         `return_exceptions=True` returned in its place (a step's as `StepFailed`)."""
         with engine_statements():
-            return run_gather(self._replay, members, return_exceptions=return_exceptions)
+            return run_gather(
+                self._replay, members, return_exceptions=return_exceptions, drive=self._drive
+            )
 
     def map(
         self,
