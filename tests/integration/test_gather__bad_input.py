@@ -83,6 +83,14 @@ def test_gather__bad_input_fails_the_body_naming_the_problem(settings, body, wor
     assert words in error["message"]
 
 
+def test_gather__a_step_call_made_directly_runs_like_one_from_wf_call():
+    def body(wf: pw.Workflow, input: dict) -> list:
+        return wf.gather(pw.StepCall("a", "bad.local", 1), wf.call("b", "bad.local", 2))
+
+    pw.workflow("bad.direct")(body)
+    assert pw.run_to_completion("bad.direct", {}) == [1, 2]
+
+
 def test_gather__two_branches_reaching_one_key_is_refused():
     def body(wf: pw.Workflow, input: dict) -> list:
         return wf.gather(

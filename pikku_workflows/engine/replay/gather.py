@@ -98,7 +98,7 @@ def run_map(
     of them, at most `max_in_flight` in flight at once (the next ones start when those settled)."""
     if not isinstance(items, list):
         raise InvalidInput(f"wf.map {key!r}: items must be a list, not {type(items).__name__}.")
-    _check_fan_out(f"wf.map {key!r}", len(items))
+    _check_fan_out(f"wf.map {key!r}", len(items), "items")
     if max_in_flight is not None and (
         isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
     ):
@@ -115,7 +115,7 @@ def run_map(
 def _check_members(members: Sequence[Any], return_exceptions: Any) -> None:
     if not isinstance(return_exceptions, bool):
         raise InvalidInput("wf.gather: return_exceptions must be True or False.")
-    _check_fan_out("wf.gather", len(members))
+    _check_fan_out("wf.gather", len(members), "members")
     seen: set[str] = set()
     for position, member in enumerate(members):
         if isinstance(member, StepCall):
@@ -132,18 +132,20 @@ def _check_members(members: Sequence[Any], return_exceptions: Any) -> None:
             )
 
 
-def _check_fan_out(what: str, count: int) -> None:
+def _check_fan_out(what: str, count: int, noun: str) -> None:
     limit = pikku_settings.MAX_FAN_OUT
     if count > limit:
-        raise InvalidInput(f"{what}: {count} members, more than MAX_FAN_OUT ({limit}).")
+        raise InvalidInput(f"{what}: {count} {noun}, more than MAX_FAN_OUT ({limit}).")
 
 
 def _keyed(parent: Cursor, call: StepCall) -> _Item:
     """A `wf.call` member keyed as its own cursor will key it: the next reach of its key from
     the gather's start (known now, so the gather is known by its first member's key)."""
-    assert call._prepared is not None
+    prepared = call._prepared
+    if prepared is None:  # made as `pw.StepCall(key, target, data)`, not by `wf.call`
+        prepared = reaches.prepare_call(call.key, call.target, call.data, reaches.StepOptions())
     physical = ordinal_key(call.key, parent.ordinals[call.key])
-    return _Item(replace(call._prepared, key=physical), logical=call.key)
+    return _Item(replace(prepared, key=physical), logical=call.key)
 
 
 def _in_gather(member: Any, gather_key: str | None) -> Any:
