@@ -56,7 +56,7 @@ def failure_of(body) -> dict:
         ),
         (
             lambda wf, input: wf.map("m", "bad.local", [1, 2, 3, 4]),
-            "4 members, more than MAX_FAN_OUT (3)",
+            "4 items, more than MAX_FAN_OUT (3)",
         ),
         (
             lambda wf, input: wf.gather(*[wf.call(f"k{i}", "bad.local", i) for i in range(4)]),
