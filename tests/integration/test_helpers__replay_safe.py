@@ -171,3 +171,39 @@ def test_helpers__add_no_statement_to_a_pass():
         return [query["sql"].split()[0] for query in queries.captured_queries]
 
     assert statements_of_a_pass(helpers=True) == statements_of_a_pass(helpers=False)
+
+
+@pytest.mark.postgres
+def test_now__after_a_sleep_or_a_signal_is_when_it_ended_on_every_replay():
+    @pw.workflow("h.waits")
+    def waits(wf: pw.Workflow, input: dict) -> dict:
+        wf.sleep("nap", "20ms")  # waited out in the pass that reached it
+        after_nap = wf.now()
+        seen = wf.do("seen", lambda: after_nap.isoformat())
+        wf.wait_for_signal("go", "go")
+        after_go = wf.now()
+        wf.do("q", "h.queued", 1)
+        return {"after_nap": after_nap.isoformat(), "seen": seen, "after_go": after_go.isoformat()}
+
+    run_id = pw.start_workflow("h.waits", {}, inline=True)
+    pw.send_signal(run_id, "go", {"at": "now"})
+    run = finished(run_id)
+    assert run.output["after_nap"] == run.output["seen"] == ended_at(run_id, "nap").isoformat()
+    assert run.output["after_go"] == ended_at(run_id, "go").isoformat()
+
+
+@pytest.mark.postgres
+def test_now__after_a_signal_kept_before_the_wait_is_when_the_wait_took_it():
+    @pw.workflow("h.kept_signal")
+    def kept_signal(wf: pw.Workflow, input: dict) -> dict:
+        wf.do("first", "h.queued", 0)  # parks: the signal is sent meanwhile, and kept
+        wf.wait_for_signal("go", "go")  # takes the kept signal in the pass that reaches it
+        after_go = wf.now()
+        seen = wf.do("seen", lambda: after_go.isoformat())
+        wf.do("q", "h.queued", 1)
+        return {"after_go": after_go.isoformat(), "seen": seen}
+
+    run_id = start("h.kept_signal")
+    pw.send_signal(run_id, "go")
+    run = finished(run_id)
+    assert run.output["after_go"] == run.output["seen"] == ended_at(run_id, "go").isoformat()

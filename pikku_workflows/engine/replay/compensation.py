@@ -16,7 +16,7 @@ from ...models import WorkflowStep
 from ...registry import registry
 from ...retry import RetryPolicy
 from ...serialization import describe_error
-from ...status import StepKind, StepStatus
+from ...status import Compensation, StepKind, StepStatus
 from ...step_keys import compensation_key, is_engine_key
 from ..store.run_transitions import begin_compensation
 from . import steps
@@ -37,7 +37,7 @@ def start_compensating(rp: ReplayPass, cause: dict[str, Any]) -> None:
     """The run's body failed with `cause`: from now on its passes undo instead of replaying."""
     record_kept(rp)
     begin_compensation(rp.run.pk, cause, lease_holder=rp.holder)
-    rp.run.compensation, rp.run.compensation_cause = "running", cause
+    rp.run.compensation, rp.run.compensation_cause = Compensation.RUNNING, cause
 
 
 def compensate(rp: ReplayPass) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
 from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
-from ..store.step_transitions import move_step
+from ..store.step_transitions import move_step, note_attempt_end
 from . import children, queued
 from .atomic_steps import call_atomically
 from .attempts import (
@@ -462,6 +462,7 @@ def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None
 
 def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
     if step.status == StepStatus.SUCCEEDED:
+        rp.consume(step)  # `wf.now()` after a sleep is when it ended
         return
     record_kept(rp)
     _wait_until_due(rp, step)  # parks the run unless the timer is (nearly) due
@@ -472,6 +473,9 @@ def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
         step.refresh_from_db(fields=["status"])
         if step.status != StepStatus.SUCCEEDED:
             raise
+        ended = WorkflowStep.objects.with_attempt_end().filter(pk=step.pk)
+        note_attempt_end(step, ended.values_list("ended_at", flat=True).first())
+    rp.consume(step)
 
 
 def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:
