@@ -15,7 +15,7 @@ do what a person or another system would, then drain. The pytest plugin exposes 
 the `workflows` fixture (`workflows.drain(...)`, `workflows.approve(...)`).
 
 `assert_deterministic` and `strict_determinism` make the determinism warning of `manage.py
-check` (W008: a body reads the clock, draws random numbers, makes uuids or reads the
+check` (W009: a body reads the clock, draws random numbers, makes uuids or reads the
 environment itself) an error inside tests.
 """
 
@@ -67,7 +67,7 @@ def drain(
 def assert_deterministic(*names: str) -> None:
     """Fail (AssertionError) when a workflow body (of `names`; default: every registered one)
     reads the clock, draws random numbers, makes uuids or reads the environment itself, listing
-    each place with what to use instead: the warning `manage.py check` gives (W008), as an
+    each place with what to use instead: the warning `manage.py check` gives (W009), as an
     error. Put it in a test of your own: `def test_workflows_replay_safely():
     assert_deterministic()`."""
     from .registry import registry

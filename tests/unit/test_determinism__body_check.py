@@ -1,5 +1,5 @@
 """Workflow bodies that read the clock, draw random numbers, make uuids or read the environment
-themselves: found in their source when they register, warned of by `manage.py check` (W008,
+themselves: found in their source when they register, warned of by `manage.py check` (W009,
 naming the line), and an error inside tests that ask (pikku_workflows.testing)."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_system_check__warns_w008_per_call_naming_the_workflow_file_and_line():
     pw.workflow("check.careless")(careless)
     pw.workflow("check.careful")(careful)
     messages = [m for m in check_workflow_determinism() if m.obj == "workflow 'check.careless'"]
-    assert {message.id for message in messages} == {"pikku_workflows.W008"}
+    assert {message.id for message in messages} == {"pikku_workflows.W009"}
     assert len(messages) == 9
     first = messages[0].msg
     assert f"test_determinism__body_check.py:{line_of('datetime.datetime.now()')}" in first
