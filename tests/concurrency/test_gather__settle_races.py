@@ -18,7 +18,7 @@ from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.sql import without_comments
 from pikku_workflows.status import RunStatus
-from tests.concurrency.harness import race
+from tests.concurrency.harness import elsewhere, race
 from tests.queue import queued_tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -85,3 +85,41 @@ def test_gather__a_member_s_outcome_waits_its_turn_on_the_run_row(passes):
     ]
     # Waiting, not skipping: a member that skipped could miss being the last.
     assert len(locks) == 1 and "SKIP LOCKED" not in locks[0], locks
+
+
+def test_gather__the_pass_settling_the_last_member_reads_the_others_again(passes):
+    # Pass 2 retries the in-process member; while it runs, a worker settles the queued one and,
+    # finding the in-process one still running, wakes nobody. The pass's own write is then the
+    # gather's last: it reads the other member again and completes the run in this pass.
+    from datetime import timedelta
+
+    from pikku_workflows.engine.operations.timers import shift_timers
+
+    settled_by_the_worker: list = []
+
+    @pw.step_function("race.local")
+    def local(data: int, ctx: pw.StepContext) -> int:
+        if ctx.attempt == 1:
+            raise RuntimeError("not yet")
+        elsewhere(lambda: tasks.execute_step(ctx.run_id, "q"))
+        settled_by_the_worker.append(True)
+        return data
+
+    @pw.workflow("race.mixed")
+    def mixed(wf: pw.Workflow, input: dict) -> list:
+        passes.enter()
+        return wf.gather(
+            wf.call("p", "race.local", 1, retry_delay="1h"), wf.call("q", "race.member", 2)
+        )
+
+    run_id = pw.start_workflow("race.mixed", {})
+    orchestrate(run_id)  # pass 1: p fails (retry in an hour), q dispatched
+    OrmQ.objects.all().delete()
+    shift_timers([run_id], timedelta(hours=2))
+    orchestrate(run_id)  # pass 2: p's retry, q settled meanwhile
+
+    assert settled_by_the_worker == [True]
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, [1, 2])
+    assert passes.count == 2
+    assert queued_tasks() == []  # the worker that settled q asked for no pass

@@ -6,12 +6,9 @@ failure is recorded in its own transaction."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 
 import pikku_workflows as pw
@@ -22,10 +19,10 @@ from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistor
 from pikku_workflows.status import RunStatus, StepStatus
 from pikku_workflows.testing import drain
 from project.demo.models import Order
+from tests.concurrency.harness import elsewhere
 from tests.queue import drain_queue
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-JOIN_TIMEOUT = 30
 
 
 @pytest.fixture(autouse=True)
@@ -47,28 +44,6 @@ def orders_of(run_id: str) -> list[str]:
 def attempts_of(run_id: str, key: str) -> list[tuple[int, str]]:
     history = WorkflowStepHistory.objects.filter(step__run_id=run_id, step__step_key=key)
     return list(history.order_by("attempt").values_list("attempt", "status"))
-
-
-def elsewhere(action: Callable[[], Any]) -> Any:
-    """`action()` on another connection (another process, as far as the database can tell),
-    waited for; what it returned, or what it raised raised here."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(action())
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            connection.close()
-
-    other = threading.Thread(target=run, daemon=True)
-    other.start()
-    other.join(JOIN_TIMEOUT)
-    assert outcome, "the other connection hung"
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
 
 
 def start(name: str, input: dict | None = None) -> str:

@@ -164,6 +164,8 @@ def _settle(
     """Rounds of the members until none can go further in this pass; then park (dispatching
     what they reached), or join the members' cursors and give their results."""
     outermost = rp.batch is None
+    if outermost:
+        rp.gather_settled = False  # a flag left by an earlier gather says nothing of this one
     batch: list[reaches.StepCall] = []
     try:
         while True:
