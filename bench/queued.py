@@ -152,11 +152,13 @@ def setup_pikku(url: str) -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def start_pikku_workers(url: str, workers: int, log: Path) -> list[subprocess.Popen]:
+def start_pikku_workers(
+    url: str, workers: int, log: Path, module: str = PIKKU_MODULE
+) -> list[subprocess.Popen]:
     env = {
         **os.environ,
         "DATABASE_URL": url,
-        "PIKKU_EXTRA_WORKFLOW_MODULES": PIKKU_MODULE,
+        "PIKKU_EXTRA_WORKFLOW_MODULES": module,
         "DJANGO_DEBUG": "0",
         "PYTHONUNBUFFERED": "1",
     }

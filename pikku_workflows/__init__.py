@@ -44,11 +44,13 @@ from .registry import graph_workflow, graph_workflow_from_file, step_function, w
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
+    from .engine.replay.gather import StepCall
     from .engine.replay.workflow import Workflow
 
 _LAZY = {
     "Workflow": "pikku_workflows.engine.replay.workflow",
     "StepContext": "pikku_workflows.engine.replay.attempts",
+    "StepCall": "pikku_workflows.engine.replay.gather",
     "start_workflow": "pikku_workflows.engine.operations.runs",
     "run_to_completion": "pikku_workflows.engine.operations.runs",
     "cancel_run": "pikku_workflows.engine.operations.control",
@@ -92,6 +94,7 @@ __all__ = [
     "RunTimeout",
     "SignalForbidden",
     "SignalTimeout",
+    "StepCall",
     "StepContext",
     "StepFailed",
     "StepFunctionNotFound",

@@ -194,3 +194,21 @@ def check_payload_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             id="pikku_workflows.W008",
         )
     ]
+
+
+@register()
+def check_workflow_determinism(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W009: a workflow body reads the clock, draws random numbers, makes uuids or reads the
+    environment itself: a replay gets another value than the first pass did (the findings are
+    read from its source when it registers)."""
+    return [
+        Warning(
+            finding.describe(name),
+            hint="Replay-safe helpers return the same value on every replay: wf.now(), "
+            "wf.random(), wf.uuid4(), wf.uuid7() (docs/code-workflows.md, Determinism).",
+            obj=f"workflow {name!r}",
+            id="pikku_workflows.W009",
+        )
+        for name, definition in sorted(registry.workflows.items())
+        for finding in definition.nondeterminism
+    ]

@@ -27,7 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "IN_PLACE": True,
     "IN_PLACE_MAX_SECONDS": 1,
     "IN_PLACE_MAX_STEPS": 100,
-    # The longest list a graph node's for_each fans out over, unless the node sets max_items.
+    # The most members one `wf.gather` (or items one `wf.map`), and the longest list a graph
+    # node's for_each fans out over unless the node sets max_items.
     "MAX_FAN_OUT": 1000,
     # The most nodes a graph workflow may have when it is registered.
     "GRAPH_MAX_NODES": 5000,

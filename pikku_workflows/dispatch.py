@@ -7,6 +7,7 @@ open transaction the enqueue waits for the commit, so a rolled-back run is never
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +58,26 @@ STATEMENTS = Statements(Path(__file__).with_name("dispatch.sql"), names=_queue_n
 
 def queue_fragments() -> dict[str, str]:
     """The fragments of the queue table the engine composes into its one-statement dispatch."""
-    return {"queue_message": STATEMENTS["queue_message"]}
+    return {
+        "queue_message": STATEMENTS["queue_message"],
+        "queue_messages": STATEMENTS["queue_messages"],
+    }
+
+
+def messages_params(messages: dict[Any, QueueMessage]) -> dict[str, Any]:
+    """The named parameters of the `queue_messages` fragment: `messages` by their step's id,
+    in the order they are to run."""
+    from .broker import WAKE_CHANNEL
+
+    rows = [
+        {"step_id": str(step_id), "key": message.key, "payload": message.payload}
+        for step_id, message in messages.items()
+    ]
+    return {
+        "queue_messages": json.dumps(rows),
+        "queue_lock": timezone.now(),
+        "wake_channel": WAKE_CHANNEL,
+    }
 
 
 class _CapturingBroker:

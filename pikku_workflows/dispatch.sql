@@ -10,3 +10,22 @@ queue_message AS (
     SELECT %(queue_key)s, %(queue_payload)s, %(queue_lock)s::timestamptz FROM dispatched
     RETURNING id, pg_notify(%(wake_channel)s, %(queue_key)s)
 )
+
+-- name: queue_messages
+-- (fragment) CTEs `queue_messages`: the messages of %(queue_messages)s (a JSON array of
+-- {step_id, key, payload}, in the order they are to run), each written once its step is in the
+-- statement's CTE `dispatched`; and `queue_woken`: each queue they went to announced once on
+-- %(wake_channel)s at commit (the statement must read it).
+queue_messages AS (
+    INSERT INTO {queue} (key, payload, lock)
+    SELECT message.key, message.payload, %(queue_lock)s::timestamptz
+    FROM ROWS FROM (
+        jsonb_to_recordset(%(queue_messages)s::jsonb) AS (step_id uuid, key text, payload text)
+    ) WITH ORDINALITY AS message(step_id, key, payload, position)
+    JOIN dispatched ON dispatched.step_id = message.step_id
+    ORDER BY message.position
+    RETURNING id, key
+),
+queue_woken AS (
+    SELECT pg_notify(%(wake_channel)s, key) FROM (SELECT DISTINCT key FROM queue_messages) AS queues
+)

@@ -328,6 +328,18 @@ class WorkflowCancelled(WorkflowError):
     code = "WORKFLOW_CANCELLED"
 
 
+class CompensationFailed(WorkflowError):
+    """A step that undoes a succeeded step (`compensate=`) spent its attempts: the run ends
+    failed with this error (`cause`: what it was being undone for); `retry_run` retries the
+    compensations."""
+
+    code = "COMPENSATION_FAILED"
+
+    def __init__(self, step_key: str, message: str) -> None:
+        self.step_key = step_key
+        super().__init__(f"Compensation {step_key!r} failed: {message}")
+
+
 class WorkflowNotDeployed(WorkflowError):
     """The run's workflow is not registered in the process that picked the run up."""
 

@@ -17,6 +17,7 @@ from .querysets import WorkflowApprovalQuerySet, WorkflowRunQuerySet, WorkflowSt
 from .status import (
     TERMINAL_RUN_STATUSES,
     ApprovalStatus,
+    Compensation,
     RunStatus,
     StepDispatch,
     StepKind,
@@ -72,6 +73,16 @@ class WorkflowRun(models.Model):
     rerun_requested = models.BooleanField(default=False)
     # Kept for a run-level timer; today every timer (sleep, retry backoff) lives on its step row.
     wake_at = models.DateTimeField(null=True, blank=True)
+    # Seeds `wf.random()`, `wf.uuid4()` and `wf.uuid7()`: the same draws on every replay. NULL
+    # for runs started before it existed (their draws derive from the run's id).
+    random_seed = models.BigIntegerField(null=True, blank=True, editable=False)
+    # Undoing the run's succeeded steps (`compensate=`); NULL while nothing needs undoing.
+    compensation = models.CharField(
+        max_length=24, choices=Compensation.choices, null=True, blank=True
+    )
+    # Why they are undone: the error the run ends with once they are (its body's failure, or
+    # the cancel that asked for it).
+    compensation_cause = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -82,6 +93,7 @@ class WorkflowRun(models.Model):
         ordering = ["-created_at"]
         constraints = [
             _choice_check("pikku_run_status_valid", RunStatus),
+            _choice_check("pikku_run_compensation_valid", Compensation, field="compensation"),
             models.UniqueConstraint(
                 fields=["workflow", "idempotency_scope", "idempotency_key"],
                 name="pikku_run_idempotency_key_unique",
@@ -145,6 +157,11 @@ class WorkflowStep(models.Model):
     )
     branch_taken = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
     copied = models.BooleanField(default=False)
+    # The step function's writes commit with its result, in one transaction (`atomic=True`).
+    atomic = models.BooleanField(default=False)
+    # The gather this step is a member of (`wf.gather`, `wf.map`): its first member's key, or
+    # the map's. Its members wake the run once, when the last of them settles.
+    gather_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     wake_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 
 from .status import TERMINAL_RUN_STATUSES, ApprovalStatus, RunStatus, StepKind, StepStatus
 from .waiting import WaitingKind
@@ -163,6 +163,16 @@ class WorkflowStepQuerySet(models.QuerySet):
             ),
         )
 
+    def with_attempt_end(self) -> WorkflowStepQuerySet:
+        """Annotated with when the current attempt ended (`ended_at`: its history row's outcome
+        time; None while it has not ended): what `wf.now()` moves on to as the body takes it."""
+        from .models import WorkflowStepHistory  # models imports this module
+
+        ends = WorkflowStepHistory.objects.filter(
+            step_id=models.OuterRef("pk"), attempt=models.OuterRef("attempt")
+        ).values(end=Coalesce("succeeded_at", "failed_at"))
+        return self.annotate(ended_at=models.Subquery(ends[:1]))
+
     def in_flight(self) -> WorkflowStepQuerySet:
         """Steps that will move without help: queued, parked on a live child, leased, or with a
         timer ahead. A running step whose lease lapsed, and a step parked on a child that ended,
@@ -184,6 +194,12 @@ class WorkflowStepQuerySet(models.QuerySet):
             status=StepStatus.WAITING,
             child_run__status__in=TERMINAL_RUN_STATUSES,
             child_run__finished_at__lt=before,
+        )
+
+    def unsettled(self) -> WorkflowStepQuerySet:
+        """Steps whose outcome is not final yet: not succeeded, and not failed for good."""
+        return self.exclude(status=StepStatus.SUCCEEDED).exclude(
+            status=StepStatus.FAILED, attempt__gte=models.F("attempt_limit")
         )
 
     def retrying(self) -> WorkflowStepQuerySet:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -11,7 +12,10 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .conf import pikku_settings
+from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
@@ -47,6 +51,10 @@ class StepFunctionDefinition:
     inline: bool = True
     queue: str | None = None
     timeout_ms: int | None = None
+    # Its writes commit with its result (docs/code-workflows.md, "Exactly once").
+    atomic: bool = False
+    # The step function that undoes a succeeded step of this one.
+    compensate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class WorkflowDefinition:
     kind: str = WORKFLOW_KIND_DSL
     code_version: str = field(default="")
     graph: GraphDefinition | None = None
+    # What the body calls that a replay would see differently (read from its source when it
+    # registers; `manage.py check` warns of each).
+    nondeterminism: tuple[Finding, ...] = ()
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -109,6 +120,9 @@ class Registry:
     def __init__(self) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.step_functions: dict[str, StepFunctionDefinition] = {}
+        # A body that calls what a replay would see differently is refused, not only warned of
+        # (`pikku_workflows.testing.strict_determinism`).
+        self.refuse_nondeterminism = False
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
         _check_name(definition.name, "workflow")
@@ -169,8 +183,18 @@ def workflow(
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        findings = nondeterministic_calls(func)
+        if findings and registry.refuse_nondeterminism:
+            raise InvalidInput(problems=[finding.describe(name) for finding in findings])
         registry.add_workflow(
-            WorkflowDefinition(name, func, steps, WORKFLOW_KIND_DSL, code_fingerprint(func))
+            WorkflowDefinition(
+                name,
+                func,
+                steps,
+                WORKFLOW_KIND_DSL,
+                code_fingerprint(func),
+                nondeterminism=findings,
+            )
         )
         return func
 
@@ -178,7 +202,13 @@ def workflow(
 
 
 def step_function(
-    name: str, *, inline: bool = True, queue: str | None = None, timeout: int | str | None = None
+    name: str,
+    *,
+    inline: bool = True,
+    queue: str | None = None,
+    timeout: int | str | None = None,
+    atomic: bool = False,
+    compensate: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(data, ctx)` as the step function `name`.
 
@@ -187,16 +217,40 @@ def step_function(
     alarm in the worker's main thread stops the attempt (a BaseException the function's own
     `except Exception:` cannot swallow) and records it failed with TIMEOUT. An inline run whose
     caller is not a main thread (a web request) hands such a step to a worker.
+
+    `atomic=True` runs each attempt inside `transaction.atomic()` on the engine's database and
+    commits its ORM writes with its result, once (docs/code-workflows.md, "Exactly once").
+    `compensate` names the step function that undoes a succeeded step of this one when its run
+    fails or is cancelled with `compensate=True`; it must be registered already
+    (ImproperlyConfigured otherwise).
     """
     timeout_ms = parse_timeout(timeout) if timeout is not None else None
     if timeout_ms is not None and inline:
         raise InvalidInput(f"Step function {name!r}: timeout is enforced only with inline=False.")
+    if not isinstance(atomic, bool):
+        raise InvalidInput(f"Step function {name!r}: atomic must be True or False.")
+    if compensate is not None:
+        _check_compensation(name, compensate)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        registry.add_step_function(StepFunctionDefinition(name, func, inline, queue, timeout_ms))
+        registry.add_step_function(
+            StepFunctionDefinition(name, func, inline, queue, timeout_ms, atomic, compensate)
+        )
         return func
 
     return register
+
+
+def _check_compensation(name: str, compensate: object) -> None:
+    checked_text(compensate, f"Step function {name!r}: compensate", max_length=NAME_MAX_LENGTH)
+    if compensate in registry.step_functions:
+        return
+    known = difflib.get_close_matches(str(compensate), registry.step_functions, n=3)
+    hint = f" Did you mean {', '.join(map(repr, known))}?" if known else ""
+    raise ImproperlyConfigured(
+        f"Step function {name!r}: compensate={compensate!r} names no registered step function; "
+        f"register it before the step function that names it.{hint}"
+    )
 
 
 def graph_workflow(name: str, definition: Mapping[str, Any]) -> GraphDefinition:

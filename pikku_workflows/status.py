@@ -46,6 +46,14 @@ class StepDispatch(models.TextChoices):
     QUEUED = "queued", "Through the queue"
 
 
+class Compensation(models.TextChoices):
+    """Where undoing a run's succeeded steps stands (`compensate=`, docs/code-workflows.md)."""
+
+    RUNNING = "running", "Compensating"
+    COMPENSATED = "compensated", "Compensated"
+    FAILED = "compensation_failed", "Compensation failed"
+
+
 class ApprovalStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"

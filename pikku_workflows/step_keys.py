@@ -1,6 +1,7 @@
 """The step-key grammar: the keys the engine makes from the body's own (`name#N` ordinals,
-`<key>:onError` handlers, `node[i]` for_each items, `__suspend:`/`__patch:` markers), and
-their parse. User keys and node ids cannot hold the characters these reserve."""
+`<key>:onError` handlers, `<key>:compensate` compensations, `node[i]` for_each items and
+`wf.map` items, `__suspend:`/`__patch:` markers), and their parse. User keys and node ids
+cannot hold the characters these reserve."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ RESERVED_KEY_CHARACTERS = re.compile(r"[#:\[\]]")
 ENGINE_KEY_MARK = ":"
 
 HANDLER_SUFFIX = ":onError"
+COMPENSATION_SUFFIX = ":compensate"
 SUSPEND_PREFIX = "__suspend:"
 PATCH_PREFIX = "__patch:"
 
@@ -30,7 +32,7 @@ def ordinal_key(logical: str, ordinal: int) -> str:
 
 
 def item_key(visit: str, item: int) -> str:
-    """The key of item `item` of a for_each node's visit `visit`."""
+    """The key of item `item` of a for_each node's visit `visit`, or of a `wf.map` reach."""
     return f"{visit}[{item}]"
 
 
@@ -59,6 +61,16 @@ def handled_key(key: str) -> str | None:
     return handled if handled is not None and parse_instance_key(handled) is not None else None
 
 
+def compensation_key(step_key: str) -> str:
+    """The key of the step that undoes the succeeded step `step_key` (its `compensate=`)."""
+    return f"{step_key}{COMPENSATION_SUFFIX}"
+
+
+def compensated_step_key(key: str) -> str | None:
+    """The key of the step a compensation's key undoes, or None for any other key."""
+    return key.removesuffix(COMPENSATION_SUFFIX) if key.endswith(COMPENSATION_SUFFIX) else None
+
+
 def suspend_step_key(reason: str) -> str:
     """The logical key a `wf.suspend(reason)` records its step under."""
     return f"{SUSPEND_PREFIX}{reason}"
@@ -79,9 +91,13 @@ def is_patch_marker_key(key: str) -> bool:
 
 
 def is_engine_key(step_key: str) -> bool:
-    """A step the engine made itself (an `on_error` handler, a `wf.suspend`), not one the body
-    named: no fork starts from it."""
-    return step_key.startswith(SUSPEND_PREFIX) or is_handler_key(step_key)
+    """A step the engine made itself (an `on_error` handler, a compensation, a `wf.suspend`),
+    not one the body named: no fork starts from it."""
+    return (
+        step_key.startswith(SUSPEND_PREFIX)
+        or is_handler_key(step_key)
+        or compensated_step_key(step_key) is not None
+    )
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,16 @@ ever sent: `drain` reads what to do from the tables, as recovery does) and in py
 `django_db` or `transactional_db`, on SQLite and PostgreSQL. `approve`, `reject` and `signal`
 do what a person or another system would, then drain. The pytest plugin exposes all four as
 the `workflows` fixture (`workflows.drain(...)`, `workflows.approve(...)`).
+
+`assert_deterministic` and `strict_determinism` make the determinism warning of `manage.py
+check` (W009: a body reads the clock, draws random numbers, makes uuids or reads the
+environment itself) an error inside tests.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -56,6 +62,40 @@ def drain(
     skip = timedelta(milliseconds=parse_duration(advance, what="advance")) if advance else None
     _Drainer(root, limit).run(skip)
     return None if root is None else get_run_status(root)
+
+
+def assert_deterministic(*names: str) -> None:
+    """Fail (AssertionError) when a workflow body (of `names`; default: every registered one)
+    reads the clock, draws random numbers, makes uuids or reads the environment itself, listing
+    each place with what to use instead: the warning `manage.py check` gives (W009), as an
+    error. Put it in a test of your own: `def test_workflows_replay_safely():
+    assert_deterministic()`."""
+    from .registry import registry
+
+    chosen = names or tuple(sorted(registry.workflows))
+    problems = [
+        finding.describe(name)
+        for name in chosen
+        for finding in registry.get_workflow(name).nondeterminism
+    ]
+    if problems:
+        raise AssertionError(
+            "\n".join(["Workflow bodies a replay would see differently:", *problems])
+        )
+
+
+@contextlib.contextmanager
+def strict_determinism() -> Iterator[None]:
+    """While inside, registering a workflow whose body reads the clock, draws random numbers,
+    makes uuids or reads the environment itself raises `InvalidInput` listing each place (a
+    test that defines workflows, or imports the module that does)."""
+    from .registry import registry
+
+    before, registry.refuse_nondeterminism = registry.refuse_nondeterminism, True
+    try:
+        yield
+    finally:
+        registry.refuse_nondeterminism = before
 
 
 def approve(

@@ -24,9 +24,9 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..engine.operations.control import FORK, OPERATION_RULES, Rule, split_for_fork
+from ..engine.operations.control import FORK, OPERATION_RULES, RETRY, Rule, split_for_fork
 from ..models import WorkflowRun
-from ..status import StepStatus
+from ..status import Compensation, StepStatus
 from ..step_keys import is_engine_key
 from .display import run_change_url, run_link, short_id, status_badge
 
@@ -138,6 +138,13 @@ class Outcome:
     failed: list[tuple[WorkflowRun, pw.WorkflowError]]
 
 
+def _label(operation: Operation, run: WorkflowRun) -> str:
+    """A retry of a run whose compensation failed retries the compensations, not the body."""
+    if operation.name == RETRY.action and run.compensation == Compensation.FAILED:
+        return "Retry compensation"
+    return operation.label
+
+
 class RunOperationsAdmin(admin.ModelAdmin):
     """The operator actions of the run admin, each gated by its own model permission."""
 
@@ -170,7 +177,7 @@ class RunOperationsAdmin(admin.ModelAdmin):
     def run_operations(self, request: HttpRequest, run: WorkflowRun) -> list[dict[str, Any]]:
         """The buttons of the run page: operations the user may use that apply to the run now."""
         return [
-            {"name": op.name, "label": op.label, "url": self.operation_url(run.pk, op)}
+            {"name": op.name, "label": _label(op, run), "url": self.operation_url(run.pk, op)}
             for op in OPERATIONS.values()
             if op.ineligibility(run.status) is None and self.has_operation_permission(request, op)
         ]

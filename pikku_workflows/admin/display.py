@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..step_keys import handled_step_key, suspend_reason
+from ..step_keys import compensated_step_key, handled_step_key, suspend_reason
 from ..waiting import WaitingKind
 
 ADMIN_CSS = "pikku_workflows/admin.css"
@@ -197,7 +197,8 @@ def describe_waiting(
 
 def describe_step_key(step_key: str) -> SafeString:
     """A step key as what it is: the body's own key, or the engine's (`charge:onError` is the
-    on_error handler of `charge`; `__suspend:<reason>` is a `wf.suspend(reason)`)."""
+    on_error handler of `charge`, `charge:compensate` undoes it; `__suspend:<reason>` is a
+    `wf.suspend(reason)`)."""
     reason = suspend_reason(step_key)
     if reason is not None:
         return format_html(
@@ -212,5 +213,13 @@ def describe_step_key(step_key: str) -> SafeString:
             '<code class="pikku-step-key">{}</code>',
             step_key,
             handled,
+        )
+    undone = compensated_step_key(step_key)
+    if undone is not None:
+        return format_html(
+            '<span class="pikku-engine-key" title="{}">compensation of</span> '
+            '<code class="pikku-step-key">{}</code>',
+            step_key,
+            undone,
         )
     return format_html('<code class="pikku-step-key">{}</code>', step_key)

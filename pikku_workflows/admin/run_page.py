@@ -26,7 +26,8 @@ from .display import (
     status_badge,
 )
 from .run_approvals import run_approvals_context
-from .timeline import build_chart
+from .timeline import Lane, build_chart
+from .timeline_rows import chart_rows
 
 if TYPE_CHECKING:
     from .runs import WorkflowRunAdmin
@@ -57,6 +58,10 @@ def run_page_context(
     operations = model_admin.run_operations(request, run)
     fork_url = next((op["url"] for op in operations if op["name"] == FORK.action), None)
     rows = [_step_row(site, run, step, fork_url) for step in steps]
+    timeline = _timeline(run, steps, audit)
+    timeline_rows = chart_rows(
+        timeline.lanes, {step.step_key: (step.gather_key, step.status) for step in steps}
+    )
     return {
         "run_operations": operations,
         "steps": rows,
@@ -64,7 +69,9 @@ def run_page_context(
         "attempt_history": [
             _attempt_row(step, attempt) for step in steps for attempt in step.history.all()
         ],
-        "timeline": _timeline(run, steps, audit),
+        "timeline": timeline,
+        "timeline_rows": timeline_rows,
+        "timeline_gathers": any(not isinstance(row, Lane) for row in timeline_rows),
         "audit_trail": [_audit_row(site, entry) for entry in audit],
         **run_approvals_context(site, request, run),
     }
@@ -103,6 +110,7 @@ def _step_row(
         "error": pretty_error(step.error, omit=("step_key",)),
         "child": run_link(site, step.child_run_id) if step.child_run_id else EMPTY,
         "copied": step.copied,
+        "gather": step.gather_key,
         # A fork starts from a step the body names: the engine's own steps follow theirs.
         "fork_url": f"{fork_url}?from_step={step.step_key}" if fork_url and not engine else None,
     }

@@ -81,6 +81,7 @@ RUN_SUMMARY_FIELDS = (
     "waiting",
     "reason_display",
     "error_display",
+    "compensation_display",
     "progress",
     "started_at",
     "finished",
@@ -219,6 +220,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
             "waiting": obj.is_settled,
             "reason_display": not (obj.error and stopped),
             "error_display": not obj.error or stopped,
+            "compensation_display": obj.compensation is None,
             "finished": obj.finished_at is None,
             "started_by": obj.started_by_id is None,
             "subject_link": obj.subject_type_id is None,
@@ -453,6 +455,18 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     @admin.display(description="error")
     def error_display(self, run: WorkflowRun) -> SafeString | str:
         return pretty_error(run.error)
+
+    @admin.display(description="compensation")
+    def compensation_display(self, run: WorkflowRun) -> SafeString | str:
+        """Undoing the succeeded steps (`compensate=`): where it stands, and what for."""
+        if run.compensation is None:
+            return EMPTY
+        cause = (run.compensation_cause or {}).get("message", "")
+        return format_html(
+            '{} <span class="pikku-quiet">{}</span>',
+            status_badge(run.compensation, run.get_compensation_display()),
+            f"undoing the steps for: {cause}" if cause else "",
+        )
 
     @admin.display(description="reason")
     def reason_display(self, run: WorkflowRun) -> SafeString | str:

@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 from ..approvals.policy import ApprovalPolicy, OnExpire
-from ..status import ApprovalStatus, RunStatus, StepStatus
+from ..status import ApprovalStatus, Compensation, RunStatus, StepStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 from ..waiting import WaitingKind, kinds_carrying
 from .engine_internals import OPERATION_RULES
@@ -188,6 +188,11 @@ class StepSummarySerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
     duration_ms = serializers.IntegerField(allow_null=True)
     function = serializers.CharField(allow_null=True)
+    gather = serializers.CharField(
+        allow_null=True,
+        help_text="The gather (wf.gather, wf.map) the step is a member of, by its first "
+        "member's key or the map's; null for a step of its own",
+    )
 
 
 class WaitingOnSerializer(serializers.Serializer):
@@ -221,6 +226,11 @@ class RunFieldsSerializer(serializers.Serializer):
     planned_steps = serializers.ListField(child=serializers.CharField(), allow_null=True)
     waiting_on = WaitingOnSerializer(allow_null=True)
     error = RunErrorSerializer(allow_null=True)
+    compensation = serializers.ChoiceField(
+        choices=Compensation.choices,
+        allow_null=True,
+        help_text="Undoing the run's succeeded steps (compensate=): null while nothing needs it",
+    )
 
 
 class RunSummarySerializer(RunFieldsSerializer):

@@ -104,6 +104,7 @@ SUMMARY_STEP_COLUMNS = (
     "lease_expires_at",
     "wake_at",
     "created_at",
+    "gather_key",
 )
 SUMMARY_HISTORY_COLUMNS = (
     "id",

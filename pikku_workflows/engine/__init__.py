@@ -46,12 +46,18 @@ replay, one pass of a run:
 - `replay.signal_steps`: what `wf.wait_for_signal` does during a replay: park, take a kept
   signal.
 - `replay.patches`: `wf.patched` and `wf.deprecate_patch`: patch markers.
+- `replay.compensation`: undoing a failed or cancelled run's succeeded steps (`compensate=`),
+  latest first, each a durable `<key>:compensate` step; the pass drives them instead of the body.
+- `replay.gather`: what `wf.call`, `wf.gather` and `wf.map` do during a replay: members run
+  on cursors of their own, new queued steps dispatched together, the run parked once.
 - `replay.steps`: what `wf.do`, `wf.sleep` and `wf.suspend` do during a replay (and a graph
   node).
 - `replay.children`: child runs started by a step, and telling the parent when they end.
 - `replay.queued`: handing a queued step to a worker from inside a pass, or running it in place
   (unless recovery holds in-place running while it takes work over).
 - `replay.suspension`: suspending the run from inside its pass.
+- `replay.atomic_steps`: an atomic step function's attempt: its writes and its result commit in
+  one transaction, fenced by attempt.
 - `replay.attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it
   (fenced).
 - `replay.replay_pass`: one pass's view of a run: its steps read once, ordinals, state.
@@ -64,6 +70,9 @@ store, the tables:
 - `store.signal_rows`: signals kept in order and handed to waits, each once; waits timed out.
 - `store.run_state`: the run's state map, merged one key at a time (`run_state.sql`).
 - `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
+- `store.gather_transitions`: a gather's new queued steps dispatched in one statement
+  (`gather_transitions.sql`), and each member's outcome judged against the others: the run is
+  woken by the member that settles the gather last.
 - `store.leases`: run and step leases on the database clock, and the heartbeat that renews
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.

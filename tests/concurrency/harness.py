@@ -1,4 +1,5 @@
-"""Racing threads against one database state: released together, each with its own connection."""
+"""Racing threads against one database state: released together, each with its own connection;
+and one action on another connection, waited for."""
 
 from __future__ import annotations
 
@@ -41,3 +42,25 @@ def race(actions: list[Callable[[Any], Any]], prepare: Callable[[], Any] = lambd
         thread.join(timeout=JOIN_TIMEOUT)
     assert not any(thread.is_alive() for thread in threads), "a contender hung (deadlock?)"
     return outcomes
+
+
+def elsewhere(action: Callable[[], Any]) -> Any:
+    """`action()` on another connection (another process, as far as the database can tell),
+    waited for; what it returned, or what it raised raised here."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(action())
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=run, daemon=True)
+    other.start()
+    other.join(JOIN_TIMEOUT)
+    assert outcome, "the other connection hung"
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]

@@ -19,6 +19,7 @@ from pikku_workflows import tasks
 from pikku_workflows.engine.operations.timers import claim_due_timers
 from pikku_workflows.engine.replay.attempts import (
     Outcome,
+    Recorded,
     claim_next_attempt,
     record_outcome,
 )
@@ -190,8 +191,8 @@ def test_record_outcome__racing_stale_and_current_writes_only_current_lands(body
     current_outcomes = [
         (i, outcome) for i, (who, outcome) in enumerate(by_writer) if who == "current"
     ]
-    winners = [index for index, outcome in current_outcomes if outcome is None]
-    losers = [outcome for _, outcome in current_outcomes if outcome is not None]
+    winners = [index for index, outcome in current_outcomes if isinstance(outcome, Recorded)]
+    losers = [outcome for _, outcome in current_outcomes if not isinstance(outcome, Recorded)]
     assert len(winners) == 1, outcomes
     assert all(isinstance(loser, InvalidTransition) for loser in losers), losers
     stored = reread(current)

@@ -178,3 +178,61 @@ def overrun(data: dict[str, Any], ctx: pw.StepContext) -> str:
 @pw.workflow("e2e.overrunning")
 def overrunning(wf: pw.Workflow, input: dict[str, Any]) -> str:
     return wf.do("work", "e2e.overrun", input, retries=1, retry_delay="100ms")
+
+
+# --- parallel steps, atomic steps and compensation -------------------------------------------
+
+
+def order_row(marker: str) -> None:
+    """An ORM write of the step: a demo order naming who wrote it (the tests count them)."""
+    from decimal import Decimal
+
+    from project.demo.models import Order
+
+    Order.objects.create(customer=marker, amount=Decimal(1))
+
+
+@pw.step_function("e2e.reserve", inline=False, atomic=True)
+def reserve(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    """An atomic queued step: its order row commits with its result, or not at all."""
+    record_attempt(data["log"], ctx)
+    order_row(f"{ctx.run_id}:{ctx.step_key}")
+    time.sleep(data["seconds"])
+    return {"attempt": ctx.attempt}
+
+
+@pw.workflow("e2e.reserved")
+def reserved(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    return wf.do("reserve", "e2e.reserve", input)
+
+
+@pw.workflow("e2e.map")
+def mapped(wf: pw.Workflow, input: dict[str, Any]) -> list[dict[str, Any]]:
+    """A map of `n` atomic queued steps; each pass of the body is a line in `passes`."""
+    with Path(input["passes"]).open("a") as passes:
+        passes.write("pass\n")
+    items = [{"log": input["log"], "seconds": input["seconds"], "i": i} for i in range(input["n"])]
+    return wf.map("item", "e2e.reserve", items)
+
+
+@pw.step_function("e2e.undo", inline=False, atomic=True)
+def undo(data: dict[str, Any], ctx: pw.StepContext) -> None:
+    """Undoes a booking: its order row commits once; a slow one works `seconds` first."""
+    record_attempt(data["data"]["log"], ctx)
+    order_row(f"{ctx.run_id}:{ctx.step_key}")
+    if data["data"]["slow"] and ctx.attempt == 1:
+        time.sleep(data["data"]["seconds"])
+
+
+@pw.step_function("e2e.book", compensate="e2e.undo")
+def book(data: dict[str, Any], ctx: pw.StepContext) -> bool:
+    return data["slow"]
+
+
+@pw.workflow("e2e.undone")
+def undone(wf: pw.Workflow, input: dict[str, Any]) -> None:
+    """Books a flight then a hotel, then fails: the hotel is undone first (quickly), then the
+    flight (slowly: time to kill the worker between the two undos)."""
+    wf.do("flight", "e2e.book", {**input, "slow": True})
+    wf.do("hotel", "e2e.book", {**input, "slow": False})
+    raise RuntimeError("the trip fell through")

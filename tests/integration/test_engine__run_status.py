@@ -25,8 +25,9 @@ SUMMARY_KEYS = {
     "waiting_on",
     "output",
     "error",
+    "compensation",
 }
-STEP_KEYS = {"key", "status", "attempts", "duration_ms", "function"}
+STEP_KEYS = {"key", "status", "attempts", "duration_ms", "function", "gather"}
 
 
 def test_get_run_status__completed_run_has_exactly_the_documented_fields():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Case, CharField, F, Value, When
 
 from ... import events
 from ...dispatch import enqueue_orchestration
@@ -32,13 +32,13 @@ from ...exceptions import (
 from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from ...querysets import DatabaseNow
 from ...serialization import describe_error
-from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
-from ...step_keys import HANDLER_SUFFIX
+from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, StepStatus
+from ...step_keys import COMPENSATION_SUFFIX, HANDLER_SUFFIX
 from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from ..replay import children
 from ..store.approval_transitions import cancel_pending_approvals_txn
 from ..store.run_rows import create_run_row
-from ..store.run_transitions import move_run
+from ..store.run_transitions import begin_compensation, move_run
 from ..store.step_transitions import create_step_txn, move_step_txn
 from .reads import get_run_status, run_pk
 from .runs import checked_user
@@ -93,13 +93,24 @@ class Rule:
 Apply = Callable[[uuid.UUID, str], None]
 
 
-def cancel_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, Any]:
+def cancel_run(
+    run_id: Any, *, reason: str = "", by: Any = None, compensate: bool = False
+) -> dict[str, Any]:
     """Cancel a running or suspended run, its armed timers and its live child runs.
 
     A step already running finishes and its result is recorded, but the run does not advance:
     every later write of the pass is guarded on the run being `running`.
+
+    With `compensate=True` its succeeded steps are undone first (`compensate=` on their step
+    functions, docs/code-workflows.md "Compensation"): the run stays running, undoing them one
+    by one (steps already on their way finish first and are undone too), and ends cancelled.
     """
     pk, reason, by = _checked(run_id, reason, by)
+    if not isinstance(compensate, bool):
+        raise InvalidInput("compensate must be True or False.")
+    if compensate:
+        _operate(pk, CANCEL, lambda pk, before: _cancel_compensating_txn(pk, before, reason, by))
+        return get_run_status(pk)
     if _operate(pk, CANCEL, lambda pk, before: _cancel_txn(pk, before, reason, by)):
         # A run cancelled on its own (not with its parent) ends its parent's step like a
         # failure would, so the parent is not left waiting on it forever.
@@ -139,13 +150,26 @@ def resume_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, An
 
 def retry_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
     """Give a failed run's exhausted steps a fresh budget of `retries + 1` attempts and run it
-    again; steps that succeeded are not re-run. A running run is left as is."""
+    again; steps that succeeded are not re-run. A running run is left as is. A run whose
+    compensation failed retries its compensations, not its body; a compensated run cannot be
+    retried (what it would reuse was undone)."""
     pk, reason, by = _checked(run_id, reason, by)
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
+        compensation = _compensation_of(pk)
+        if compensation == Compensation.COMPENSATED:
+            raise InvalidTransition(
+                f"run {pk} (retry)",
+                before,
+                RETRY.target or "",
+                message=f"Run {pk} cannot be retried: its steps were undone (compensated). "
+                "Fork it to run its workflow again.",
+            )
         # The steps before the run row (the lock order of claims.sql); a refused move rolls back.
-        rearmed = [_rearm_step_txn(step) for step in _exhausted_steps(pk)]
-        move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None)
+        undoing = compensation == Compensation.FAILED
+        rearmed = [_rearm_step_txn(step) for step in _exhausted_steps(pk, undoing)]
+        fields: dict[str, Any] = {"compensation": Compensation.RUNNING} if undoing else {}
+        move_run(pk, RunStatus.RUNNING, expected=[before], error=None, output=None, **fields)
         _audit(pk, RETRY.action, before, RETRY.target, by, reason, steps=rearmed)
         enqueue_orchestration(pk)
 
@@ -324,7 +348,15 @@ def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any
     # Its steps before the run row (the lock order of claims.sql); a refused move rolls back.
     disarmed = _disarm_timers_txn(pk)
     closed = cancel_pending_approvals_txn(pk)
-    move_run(pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None)
+    # A plain cancel stops an undo under way where it is: nothing is compensating any more.
+    stopped = Case(
+        When(compensation=Compensation.RUNNING, then=Value(None)),
+        default=F("compensation"),
+        output_field=CharField(),
+    )
+    move_run(
+        pk, RunStatus.CANCELLED, expected=[before], error=error, wake_at=None, compensation=stopped
+    )
     events.announce_run_finished(pk, RunStatus.CANCELLED, error)
     cancelled = _cancel_children_txn(pk, reason, by)
     _audit(
@@ -347,6 +379,37 @@ def _disarm_timers_txn(pk: uuid.UUID) -> list[str]:
     keys = list(armed.order_by("created_at", "step_key").values_list("step_key", flat=True))
     armed.update(wake_at=None, updated_at=DatabaseNow())
     return keys
+
+
+def _cancel_compensating_txn(pk: uuid.UUID, before: str, reason: str, by: Any) -> None:
+    """Cancel with compensation: nothing new starts (timers disarmed, retries spent, approvals
+    closed, children cancelled), and the run's next pass undoes its succeeded steps; it ends
+    cancelled once they are undone. A run undoing its steps already goes on doing so."""
+    if _compensation_of(pk) == Compensation.RUNNING:
+        return
+    error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
+    disarmed = _disarm_timers_txn(pk)
+    WorkflowStep.objects.filter(run_id=pk).retrying().update(
+        attempt_limit=F("attempt"), updated_at=DatabaseNow()
+    )
+    closed = cancel_pending_approvals_txn(pk)
+    if before == RunStatus.SUSPENDED:
+        move_run(pk, RunStatus.RUNNING, expected=[before], error=None)
+    begin_compensation(pk, error)
+    cancelled = _cancel_children_txn(pk, reason, by)
+    _audit(
+        pk,
+        CANCEL.action,
+        before,
+        RunStatus.RUNNING,
+        by,
+        reason,
+        compensate=True,
+        disarmed_timers=disarmed,
+        cancelled_children=cancelled,
+        **({"cancelled_approvals": closed} if closed else {}),
+    )
+    enqueue_orchestration(pk)
 
 
 def _cancel_children_txn(pk: uuid.UUID, reason: str, by: Any) -> list[str]:
@@ -384,17 +447,20 @@ def _relay_steps(pk: uuid.UUID, steps: list[tuple[str, str | None]]) -> None:
             logger.warning("pikku_workflows: relay of %s failed; recovery will retry", step_key)
 
 
-def _exhausted_steps(pk: uuid.UUID) -> list[WorkflowStep]:
-    """The steps retry re-arms: failed with no attempts left. `on_error` handlers are left as
-    they are: compensation runs once per step, and a re-armed handler would stay pending for
-    ever once its step succeeds."""
-    return list(
-        WorkflowStep.objects.filter(
-            run_id=pk, status=StepStatus.FAILED, attempt__gte=F("attempt_limit")
-        )
-        .exclude(step_key__endswith=HANDLER_SUFFIX)
-        .order_by("created_at", "step_key")
-    )
+def _exhausted_steps(pk: uuid.UUID, compensations: bool = False) -> list[WorkflowStep]:
+    """The steps retry re-arms: failed with no attempts left; the compensations only, when
+    those failed. `on_error` handlers are left as they are: a handler runs once per step, and a
+    re-armed one would stay pending for ever once its step succeeds."""
+    exhausted = WorkflowStep.objects.filter(
+        run_id=pk, status=StepStatus.FAILED, attempt__gte=F("attempt_limit")
+    ).exclude(step_key__endswith=HANDLER_SUFFIX)
+    if compensations:
+        exhausted = exhausted.filter(step_key__endswith=COMPENSATION_SUFFIX)
+    return list(exhausted.order_by("created_at", "step_key"))
+
+
+def _compensation_of(pk: uuid.UUID) -> str | None:
+    return WorkflowRun.objects.filter(pk=pk).values_list("compensation", flat=True).first()
 
 
 def _rearm_step_txn(step: WorkflowStep) -> dict[str, Any]:
@@ -460,4 +526,6 @@ def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:
         from_step_key=step.from_step_key,
         branch_taken=step.branch_taken,
         child_run_id=step.child_run_id,
+        atomic=step.atomic,
+        gather_key=step.gather_key,
     )

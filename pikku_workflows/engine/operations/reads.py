@@ -58,6 +58,7 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "waiting_on": waiting_on(run, steps),
         "output": run.output if run.status == RunStatus.COMPLETED else None,
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+        "compensation": run.compensation,
     }
 
 
@@ -70,6 +71,7 @@ def _step_summary(step: WorkflowStep) -> dict[str, Any]:
         "attempts": step.attempt,
         "duration_ms": _duration_ms(latest),
         "function": step.function_name,
+        "gather": step.gather_key,
     }
 
 

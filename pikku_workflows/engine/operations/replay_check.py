@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ...control_flow import ControlFlowSignal, ReplayDiverged
+from ...control_flow import ControlFlowSignal, ReplayDiverged, RunParked
 from ...exceptions import NonDeterministicReplay, StepFailed, VersionNotFound, WorkflowNotDeployed
 from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
@@ -28,11 +28,9 @@ from ..replay.patches import run_patched
 from ..replay.replay_pass import ReplayPass, read_steps
 from ..replay.steps import (
     StepCall,
-    StepOptions,
     adoptable,
     check_same_step,
-    compensation_call,
-    resolve_call,
+    on_error_call,
     sleep_call,
     suspend_key,
 )
@@ -66,9 +64,9 @@ class ReplayVerdict:
     message: str = ""
 
 
-class _Frontier(ControlFlowSignal):
+class _Frontier(RunParked):
     """The body reached a step the history does not hold (or holds unfinished): it agrees with
-    the history as far as the history goes."""
+    the history as far as the history goes (a gather's member waits there, as in a pass)."""
 
 
 def check_recent_runs(
@@ -111,7 +109,8 @@ def _replay_history(
     )
     with transaction.atomic():
         try:
-            body(_CheckingWorkflow(rp), rp.input)
+            with rp.running_body():
+                body(_CheckingWorkflow(rp, drive=_recorded_outcome), rp.input)
         except ReplayDiverged as diverged:
             error = diverged.error
             return verdict(NON_DETERMINISTIC, error.step_key, error.message)
@@ -129,24 +128,9 @@ def _refuse_child(run_id: Any) -> None:
 
 
 class _CheckingWorkflow(Workflow):
-    """The `wf` of a replay check: recorded steps give their stored outcome, nothing runs and
-    nothing is written; the first step the history does not hold ends the check."""
-
-    def do(
-        self,
-        key: str,
-        target: str | Callable[[], Any],
-        data: Any = None,
-        *,
-        retries: int | None = None,
-        retry_delay: int | str | timedelta | None = None,
-        on_error: str | None = None,
-        timeout: int | str | timedelta | None = None,
-    ) -> Any:
-        options = StepOptions(retries, retry_delay, on_error, timeout)
-        return _recorded_outcome(
-            self._replay, resolve_call(self._replay, key, target, data, options)
-        )
+    """The `wf` of a replay check: recorded steps give their stored outcome (its `drive` is
+    `_recorded_outcome`), nothing runs and nothing is written; the first step the history does
+    not hold ends the check."""
 
     def sleep(self, key: str, duration: int | str | timedelta) -> None:
         _recorded_outcome(self._replay, sleep_call(self._replay, key, duration))
@@ -177,13 +161,13 @@ def _recorded_outcome(rp: ReplayPass, call: StepCall) -> Any:
     if step.status == StepStatus.SUCCEEDED:
         return step.result
     if step.status == StepStatus.FAILED and step.attempt >= step.attempt_limit:
-        _check_compensation(rp, call, step)
+        _check_on_error(rp, call, step)
         raise StepFailed(call.key, step.error or {})
     raise _Frontier(call.key)
 
 
-def _check_compensation(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
-    handler = compensation_call(call, step)
+def _check_on_error(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
+    handler = on_error_call(call, step)
     recorded = rp.steps.get(handler.key) if handler is not None else None
     if handler is not None and recorded is not None:
         check_same_step(recorded, handler)

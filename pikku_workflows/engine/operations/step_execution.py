@@ -30,6 +30,7 @@ from ...registry import registry
 from ...retry import RetryPolicy
 from ...serialization import describe_error
 from ...status import RunStatus, StepStatus
+from ..replay.atomic_steps import call_atomically
 from ..replay.attempts import call_user_code, claim_next_attempt, record_outcome, step_context
 from ..replay.orchestrator import orchestrate
 from ..replay.queued import handling_message
@@ -70,18 +71,24 @@ def _execute(run_id: Any, step_key: str) -> None:
         if step is None:
             return
     definition = registry.get_step_function(step.function_name or "")
-    outcome = call_user_code(step, definition.func, (step.data, step_context(step, started_by)))
+    args = (step.data, step_context(step, started_by))
     policy = RetryPolicy.from_stored(step.retries, step.retry_delay)
     holder = new_lease_holder() if serves_orchestrator_cluster() else None
     try:
-        run = record_outcome(step, outcome, policy, continue_as=holder)
+        if step.atomic:
+            outcome = call_atomically(step, definition.func, args, continue_as=holder)
+        else:
+            outcome = call_user_code(step, definition.func, args)
+        recorded = record_outcome(step, outcome, policy, continue_as=holder)
     except (StepSuperseded, InvalidTransition):
         # A newer attempt owns the step (our lease lapsed): its outcome is the one that counts.
         logger.info("pikku_workflows: attempt %s of %s superseded", step.attempt, step_key)
         return
-    if step.status == StepStatus.SUCCEEDED or step.attempt >= step.attempt_limit:
+    if recorded.wakes_run:
+        run = recorded.run
         continue_run(run_id, None if run is None or holder is None else LeasedRun(run, holder))
-    # Otherwise the retry waits on its timer; the timer loop dispatches it when due.
+    # Otherwise the retry waits on its timer (the timer loop dispatches it when due), or the
+    # step is a gather's member and another member settles the gather last.
 
 
 def _claim_with_checks(run_id: Any, step_key: str) -> tuple[WorkflowStep | None, str | None]:

@@ -49,9 +49,11 @@ def approval_at(
         # First reach, or a new attempt after retry_run re-armed an expired one.
         step = _open(rp, key, from_key, request, step, data)
     if step.status == StepStatus.SUCCEEDED:
+        rp.consume(step)
         return ApprovalOutcome.from_result(step.result or {})
     if step.status == StepStatus.FAILED:
         # Expired with on_expire="fail": the body may catch it, else the run fails with it.
+        rp.consume(step)
         raise ApprovalExpired(key, approval_id_for(step.pk, step.attempt))
     raise RunParked(key)
 

@@ -32,12 +32,14 @@ from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import StepDispatch, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_step_txn
+from ..store.gather_transitions import record_member_outcome
 from ..store.leases import heartbeat, request_rerun, step_lease_until
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import (
     UnrecordedSuccess,
     create_step_in_run,
     move_step_txn,
+    note_attempt_end,
     record_step_outcome,
 )
 from ..store.transitions import on_postgresql
@@ -101,11 +103,24 @@ def step_context(step: WorkflowStep, started_by: str | None) -> StepContext:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """What recording an attempt's outcome did: `run`, the run leased to the recorder when it
+    asked and the lease was free (else None); `wakes_run`, whether the run's pass has something
+    to go on with: a result or the last attempt's failure, and for a gather's member only the
+    outcome that settled the gather last."""
+
+    run: WorkflowRun | None
+    wakes_run: bool
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What one attempt produced: its (round-tripped) result, or the error dict to record."""
+    """What one attempt produced: its (round-tripped) result, or the error dict to record;
+    `recorded` when the attempt's own transaction already wrote it (an atomic step function)."""
 
     succeeded: bool
     value: Any
+    recorded: Recorded | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +207,7 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     try:
         return Outcome(True, round_trip(value))
     except NotStorableJson as exc:
-        return Outcome(False, _unstorable(step, str(exc)))
+        return Outcome(False, unstorable_error(step, str(exc)))
 
 
 def timeout_enforceable() -> bool:
@@ -241,38 +256,58 @@ def time_limit(milliseconds: int | None) -> Iterator[None]:
 
 def record_outcome(
     step: WorkflowStep, outcome: Outcome, policy: RetryPolicy, *, continue_as: str | None = None
-) -> WorkflowRun | None:
+) -> Recorded:
     """Write the attempt's result or error; raises StepSuperseded if a newer attempt owns it.
 
     A failure with attempts left arms the retry's timer (on the database clock). A result the
     database refuses (a DataError) fails the step at once: retrying cannot make it storable.
     With `continue_as` (a new lease holder id), an outcome the run must act on (a result, or the
     last attempt's error) also takes the run lease in the same write if it is free; the run
-    comes back leased to `continue_as`, else None.
+    comes back leased to `continue_as`.
     """
+    if outcome.recorded is not None:
+        return outcome.recorded
     if not outcome.succeeded:
         return _record_failure(step, outcome.value, policy, continue_as)
     try:
         with _savepoint_if_in_transaction():
-            return record_step_outcome(
-                step, StepStatus.SUCCEEDED, result=outcome.value, take_run_lease_for=continue_as
-            )
+            return record_success(step, outcome.value, continue_as)
     except DataError as exc:
-        return _record_failure(step, _unstorable(step, str(exc)), policy, continue_as)
+        return _record_failure(step, unstorable_error(step, str(exc)), policy, continue_as)
+
+
+def record_success(step: WorkflowStep, result: Any, continue_as: str | None) -> Recorded:
+    """Record the running attempt's result (a DataError when the database refuses it)."""
+    return _record(step, StepStatus.SUCCEEDED, continue_as, result=result)
+
+
+def _record(step: WorkflowStep, target: str, continue_as: str | None, **fields: Any) -> Recorded:
+    """Record the outcome through the step's transition; a gather's member also learns whether
+    it settled the gather (only then is the run woken)."""
+    if step.gather_key is not None:
+        run, settled = record_member_outcome(step, target, take_run_lease_for=continue_as, **fields)
+        return Recorded(run, settled)
+    run = record_step_outcome(step, target, take_run_lease_for=continue_as, **fields)
+    return Recorded(run, target == StepStatus.SUCCEEDED or step.attempt >= step.attempt_limit)
 
 
 def finish_in_pass(
     rp: ReplayPass, step: WorkflowStep, outcome: Outcome, policy: RetryPolicy
 ) -> None:
     """Record an attempt the pass ran itself. A success on PostgreSQL is kept for the pass's
-    next write instead (`create_next_step`, `record_kept`): one commit per step, not two."""
+    next write instead (`create_next_step`, `record_kept`): one commit per step, not two. A
+    gather's member is written at once: whether it settled the gather is judged as it commits."""
     record_kept(rp)
-    if outcome.succeeded and on_postgresql():
+    if outcome.succeeded and outcome.recorded is None and on_postgresql() and not step.gather_key:
         step.status, step.result = StepStatus.SUCCEEDED, outcome.value
-        rp.unrecorded = UnrecordedSuccess(step, outcome.value, timezone.now())
+        finished = timezone.now()
+        note_attempt_end(step, finished)
+        rp.unrecorded = UnrecordedSuccess(step, outcome.value, finished)
         return
-    with _ours():
-        record_outcome(step, outcome, policy)
+    with run_still_ours():
+        recorded = record_outcome(step, outcome, policy)
+    if step.gather_key is not None and recorded.wakes_run:
+        rp.gather_settled = True
 
 
 def create_next_step(rp: ReplayPass, step_key: str, **fields: Any) -> WorkflowStep:
@@ -282,7 +317,7 @@ def create_next_step(rp: ReplayPass, step_key: str, **fields: Any) -> WorkflowSt
     if kept is None:
         return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
     try:
-        with _ours(), _savepoint_if_in_transaction():
+        with run_still_ours(), _savepoint_if_in_transaction():
             return create_step_in_run(rp.run.pk, rp.holder, step_key, after=kept, **fields)
     except DataError:
         # The kept result, or the new step's values, refused: write them one at a time.
@@ -298,7 +333,7 @@ def record_kept(rp: ReplayPass) -> None:
     kept, rp.unrecorded = rp.unrecorded, None
     if kept is None:
         return
-    with _ours():
+    with run_still_ours():
         record_outcome(kept.step, Outcome(True, kept.result), RetryPolicy(0, None))
     if kept.step.status != StepStatus.SUCCEEDED:
         request_rerun(rp.run.pk)
@@ -306,7 +341,7 @@ def record_kept(rp: ReplayPass) -> None:
 
 
 @contextlib.contextmanager
-def _ours() -> Iterator[None]:
+def run_still_ours() -> Iterator[None]:
     """A newer attempt owning a step this pass ran means the run is no longer the pass's to
     drive (its lease lapsed meanwhile): the pass ends quietly, the newer attempt counts."""
     try:
@@ -317,24 +352,24 @@ def _ours() -> Iterator[None]:
 
 def _record_failure(
     step: WorkflowStep, error: dict[str, Any], policy: RetryPolicy, continue_as: str | None
-) -> WorkflowRun | None:
+) -> Recorded:
     limit = step.attempt if error.get("code") == StepResultNotSerializable.code else None
     exhausted = step.attempt >= (limit or step.attempt_limit)
     wake_in_ms = None if exhausted else policy.backoff_ms(step.attempt)
-    leased = record_step_outcome(
+    recorded = _record(
         step,
         StepStatus.FAILED,
+        continue_as if exhausted else None,
         error=error,
         attempt_limit=limit,
         wake_in_ms=wake_in_ms,
-        take_run_lease_for=continue_as if exhausted else None,
     )
     if wake_in_ms is not None:
         observe_timer(step, timedelta(milliseconds=wake_in_ms))
-    return leased
+    return recorded
 
 
-def _unstorable(step: WorkflowStep, reason: str) -> dict[str, Any]:
+def unstorable_error(step: WorkflowStep, reason: str) -> dict[str, Any]:
     error = StepResultNotSerializable(step.step_key, reason)
     return describe_error(error, step_key=step.step_key, traceback=False)
 

@@ -29,12 +29,13 @@ from ...exceptions import (
     OutputNotSerializable,
     StepFailed,
     VersionNotFound,
+    WorkflowCancelled,
     WorkflowNotDeployed,
 )
 from ...models import WorkflowRun, WorkflowStep
 from ...registry import registry
 from ...serialization import NotStorableJson, describe_error, round_trip
-from ...status import RunStatus
+from ...status import Compensation, RunStatus
 from ..store.leases import (
     abandon_run_lease,
     acquire_run_lease,
@@ -46,6 +47,7 @@ from ..store.leases import (
 from ..store.run_transitions import move_run
 from . import children
 from .attempts import record_kept
+from .compensation import compensate, needs_compensation, start_compensating
 from .graphs import run_graph
 from .replay_pass import LeasedRun, ReplayPass, driving
 from .versions import status_on_non_determinism
@@ -91,7 +93,9 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
                 if released or release_run_lease(run.pk, holder):
                     return ended
                 known_steps = None  # a rerun: another pass may have written steps meanwhile
-                run.refresh_from_db(fields=["status", "state"])
+                run.refresh_from_db(
+                    fields=["status", "state", "compensation", "compensation_cause"]
+                )
     except BaseException:
         # The queue redelivers or recovery relays; don't make the next pass wait out the lease.
         _abandon_lease(run.pk, holder)
@@ -143,11 +147,15 @@ def _replay(
         return False, False
     drive_child = partial(orchestrate, inline_caller=True)
     graph = definition is None or bool(run.graph_hash)
+    undoing = run.compensation == Compensation.RUNNING
     # A graph pass reads its steps itself, once it knows its definition (graphs.run_graph).
-    known = {} if graph and steps is None else steps
+    known = {} if graph and steps is None and not undoing else steps
     rp = ReplayPass.begin(
         run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=known
     )
+    if undoing:
+        ended = _undo(run, holder, rp)  # its steps are being undone: the body is not replayed
+        return ended, ended or rp.lease_released
     body = partial(run_graph, rp, steps is None) if definition is None or graph else definition.func
     ended = _run_body(run, holder, rp, body)
     return ended, ended or rp.lease_released
@@ -157,7 +165,8 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
     """Replay the body from the top; True when the run ended (completed, failed) in it. Only
     the body's own exceptions fail the run: PassAbandoned passes through."""
     try:
-        output = body(Workflow(rp), rp.input)
+        with rp.running_body():
+            output = body(Workflow(rp), rp.input)
     except (RunParked, SuspendRequested, RunInterrupted):
         _recorded(rp)
         return False
@@ -167,23 +176,59 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
         raise
     except ReplayDiverged as diverged:
         return _recorded(rp) and _diverged(run, holder, diverged.error)
-    except (GraphRunFailed, VersionNotFound) as exc:
-        # Verdicts of the engine on the run's own graph or version: no traceback worth keeping.
-        step_key = getattr(exc, "step_key", None)
-        error = describe_error(exc, step_key=step_key, traceback=False)
+    except VersionNotFound as exc:
+        error = describe_error(exc, traceback=False)
         return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=error)
+    except GraphRunFailed as exc:
+        # The planner's verdict on the run's own graph: no traceback worth keeping.
+        error = describe_error(exc, step_key=exc.step_key, traceback=False)
+        return _recorded(rp) and _fail(run, holder, rp, error)
     except StepFailed as exc:
-        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=_step_failed_error(exc))
+        return _recorded(rp) and _fail(run, holder, rp, _step_failed_error(exc))
     except Exception as exc:
-        return _recorded(rp) and _end(run, holder, RunStatus.FAILED, error=describe_error(exc))
+        return _recorded(rp) and _fail(run, holder, rp, describe_error(exc))
     if not _recorded(rp):
         return False
     try:
         output = round_trip(output)
     except NotStorableJson as exc:
-        error = describe_error(OutputNotSerializable(str(exc)), traceback=False)
-        return _end(run, holder, RunStatus.FAILED, error=error)
+        return _fail(
+            run, holder, rp, describe_error(OutputNotSerializable(str(exc)), traceback=False)
+        )
     return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
+
+
+def _fail(run: WorkflowRun, holder: str, rp: ReplayPass, error: dict[str, Any]) -> bool:
+    """The body failed with `error`: end the run failed, or first undo what its steps did
+    (`compensate=`); True when the run ended in this pass."""
+    try:
+        with engine_statements():
+            if not needs_compensation(rp):
+                return _end(run, holder, RunStatus.FAILED, error=error)
+            start_compensating(rp, error)
+    except RunInterrupted:
+        return False
+    return _undo(run, holder, rp)
+
+
+def _undo(run: WorkflowRun, holder: str, rp: ReplayPass) -> bool:
+    """Drive the compensations; once all are done the run ends as its cause says (cancelled for
+    a cancel, else failed), or failed with COMPENSATION_FAILED."""
+    try:
+        with engine_statements():
+            failure = compensate(rp)
+    except (RunParked, SuspendRequested, RunInterrupted):
+        _recorded(rp)
+        return False
+    if not _recorded(rp):
+        return False
+    if failure is not None:
+        return _end(run, holder, RunStatus.FAILED, error=failure, compensation=Compensation.FAILED)
+    cause = run.compensation_cause or {}
+    status = (
+        RunStatus.CANCELLED if cause.get("code") == WorkflowCancelled.code else RunStatus.FAILED
+    )
+    return _end(run, holder, status, error=cause, compensation=Compensation.COMPENSATED)
 
 
 def _recorded(rp: ReplayPass) -> bool:

@@ -17,12 +17,14 @@ import ctypes
 import multiprocessing
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from django.db import DatabaseError
+from django.utils import timezone
 
 from ...conf import pikku_settings
 from ...control_flow import PassAbandoned, RunParked
@@ -37,6 +39,7 @@ from ...exceptions import InvalidTransition, StepSuperseded, WorkflowDispatchExc
 from ...models import WorkflowStep
 from ...registry import StepFunctionDefinition
 from ...status import StepStatus
+from ..store.gather_transitions import create_dispatched_steps
 from ..store.step_transitions import create_dispatched_step, create_step_in_run, move_step
 from ..store.transitions import on_postgresql
 from .attempts import record_kept, timeout_enforceable
@@ -171,6 +174,13 @@ def dispatch_step(
     """Enqueue the step for a worker (`definition`: its step function, which names its queue),
     then mark it scheduled; the run waits for it."""
     record_kept(rp)
+    _enqueue_and_mark(rp, step, definition)
+    raise RunParked(step.step_key)
+
+
+def _enqueue_and_mark(
+    rp: ReplayPass, step: WorkflowStep, definition: StepFunctionDefinition
+) -> None:
     try:
         enqueue_step(rp.run.pk, step.step_key, definition.queue)
     except WorkflowDispatchException as exc:
@@ -179,7 +189,48 @@ def dispatch_step(
         # A worker may have claimed it already: then the guard refuses and that is fine.
         with contextlib.suppress(InvalidTransition, StepSuperseded):
             move_step(step, StepStatus.SCHEDULED, expected=[StepStatus.PENDING])
-    raise RunParked(step.step_key)
+
+
+@dataclass(frozen=True)
+class NewStep:
+    """A queued step a gather's member reached for the first time, waiting to be dispatched with
+    the others (`fields`: its row's columns)."""
+
+    key: str
+    definition: StepFunctionDefinition
+    fields: dict[str, Any]
+
+
+def dispatch_new_steps(rp: ReplayPass, new: list[NewStep]) -> None:
+    """Create and dispatch a gather's new queued steps, then hand the run lease back: one
+    statement when django-q2's queue is a table of this PostgreSQL database (the pass writes
+    nothing after it); otherwise each is created pending, enqueued, then marked scheduled."""
+    record_kept(rp)
+    if not (on_postgresql() and queue_in_engine_database()):
+        for entry in new:
+            _enqueue_and_mark(rp, _create_pending(rp, entry.key, entry.fields), entry.definition)
+        return
+    # Each its own moment of creation: the admin lists steps by it.
+    steps = [
+        WorkflowStep(
+            id=uuid.uuid4(),
+            run_id=rp.run.pk,
+            step_key=entry.key,
+            created_at=timezone.now(),
+            **entry.fields,
+        )
+        for entry in new
+    ]
+    try:
+        messages = [step_message(rp.run.pk, entry.key, entry.definition.queue) for entry in new]
+        rp.lease_released = create_dispatched_steps(rp.run.pk, rp.holder, steps, messages)
+    except (WorkflowDispatchException, DatabaseError) as exc:
+        # As for one step (dispatch_new_step): recorded without messages, relayed by recovery.
+        for entry in new:
+            _create_pending(rp, entry.key, entry.fields)
+        refused = WorkflowDispatchException(f"{len(new)} steps were not dispatched: {exc}")
+        raise PassAbandoned(refused) from exc
+    rp.steps.update((step.step_key, step) for step in steps)
 
 
 def _create_pending(rp: ReplayPass, step_key: str, fields: dict[str, Any]) -> WorkflowStep:

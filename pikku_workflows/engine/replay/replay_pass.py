@@ -1,16 +1,18 @@
 """One orchestrator pass's view of a run: its steps read once (with what the database clock says
-of each), ordinals, lineage and state; and which runs this call stack drives right now.
+of each and when each attempt ended), where the body is (keys reached, the moment `wf.now()`
+says, the draws of `wf.random()`), lineage and state; and which runs this call stack drives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
@@ -72,6 +74,44 @@ def lease_lapsed(step: WorkflowStep) -> bool:
     return bool(getattr(step, "lease_lapsed", False))
 
 
+def step_ended_at(step: WorkflowStep) -> datetime | None:
+    """When the step's current attempt ended (its history's outcome time), as the pass read it
+    or as the transition that ended it in this pass wrote it; None while it has not ended."""
+    return getattr(step, "ended_at", None)
+
+
+@dataclass
+class Cursor:
+    """Where one line of execution is, in code order: the body's, or one member's of a gather.
+    `ordinals`: the reaches of each key so far; `last_key`: the key reached last; `now`: the
+    latest durable moment consumed (`wf.now()`); `draws`: the `wf.random()` & co so far;
+    `gathers`: the gathers reached; `path` names the line ("" for the body).
+
+    A gather member starts from a copy of the gather's cursor, so how far one member got in a
+    pass never shifts another member's keys, draws or clock: each is replayed alike.
+    """
+
+    ordinals: Counter[str]
+    last_key: str | None
+    now: datetime
+    draws: int = 0
+    gathers: int = 0
+    path: str = ""
+
+    def member(self, gather: int, member: int) -> Cursor:
+        return Cursor(
+            Counter(self.ordinals), self.last_key, self.now, path=f"{self.path}g{gather}.{member}/"
+        )
+
+    def join(self, members: list[Cursor]) -> None:
+        """Go on after a gather whose members ended with `members`' cursors."""
+        for member in members:
+            self.ordinals |= member.ordinals  # the larger count of each key
+            self.now = max(self.now, member.now)
+        self.last_key = members[-1].last_key if members else self.last_key
+        self.gathers += 1
+
+
 @dataclass
 class ReplayPass:
     """Per-pass state; `inline_caller` is true when the starting call drives the run in-process,
@@ -84,15 +124,63 @@ class ReplayPass:
     drive_child: Callable[[Any], None]
     input: Any = None
     state: dict[str, Any] = field(default_factory=dict)
-    ordinals: Counter[str] = field(default_factory=Counter)
-    last_key: str | None = None
+    cursor: Cursor = field(init=False)
     # Keys the body reached in this pass, and the patch decisions it made (engine/replay/patches.py).
     reached: set[str] = field(default_factory=set)
+    # Which line of execution reached each key (two members of a gather must not share one).
+    owners: dict[str, str] = field(default_factory=dict)
+    # True while the body runs: `wf.random()` & co mean nothing outside it.
+    body_running: bool = False
+    # Queued steps the gather being run reached: dispatched together when its round ends.
+    batch: list[Any] | None = None
+    # Set when a gather member the pass settled was the gather's last by the table's account:
+    # members in flight elsewhere that the pass read earlier may have settled meanwhile.
+    gather_settled: bool = False
     patches: dict[str, bool] = field(default_factory=dict)
     # Set when a dispatch released the run lease in its own statement (the pass then ends).
     lease_released: bool = False
     # A step's success not written yet: the pass's next write records it (attempts.py).
     unrecorded: UnrecordedSuccess | None = None
+
+    def __post_init__(self) -> None:
+        self.cursor = Cursor(Counter(), None, self.run.created_at)
+
+    @property
+    def last_key(self) -> str | None:
+        return self.cursor.last_key
+
+    @contextlib.contextmanager
+    def running_body(self) -> Iterator[None]:
+        self.body_running = True
+        try:
+            yield
+        finally:
+            self.body_running = False
+
+    def consume(self, step: WorkflowStep) -> None:
+        """The body took the outcome of `step`: `wf.now()` moves on to when it ended."""
+        ended = step_ended_at(step)
+        if ended is not None and ended > self.cursor.now:
+            self.cursor.now = ended
+
+    def draw_allowed(self) -> None:
+        """InvalidInput outside the body: `wf.now()`, `wf.random()` & co mean nothing there."""
+        if not self.body_running:
+            raise InvalidInput(
+                "wf.now(), wf.random(), wf.uuid4() and wf.uuid7() are for a workflow body while "
+                "its pass runs; elsewhere use the standard library."
+            )
+
+    def draw(self) -> random.Random:
+        """The generator of the body's next draw (`wf.random()`, `wf.uuid4()`, ...): seeded by
+        the run's seed and the draw's position, so each replay draws the same."""
+        self.draw_allowed()
+        position = f"{self.cursor.path}{self.cursor.draws}"
+        self.cursor.draws += 1
+        seed = self.run.random_seed
+        if seed is None:
+            seed = self.run.pk.int >> 64  # a run from before seeds were stored
+        return random.Random(f"{seed}:{position}")
 
     @classmethod
     def begin(
@@ -110,14 +198,25 @@ class ReplayPass:
 
     def allocate_key(self, logical: str) -> tuple[str, str | None]:
         """The physical key of this reach of `logical` and the key reached before it."""
-        seen = self.ordinals[logical]
-        self.ordinals[logical] += 1
-        key = ordinal_key(logical, seen)
+        cursor = self.cursor
+        key = ordinal_key(logical, cursor.ordinals[logical])
+        cursor.ordinals[logical] += 1
+        self.claim_key(key)
+        previous, cursor.last_key = cursor.last_key, key
+        return key, previous
+
+    def claim_key(self, key: str) -> None:
+        """Note that the current line of execution reached `key` (InvalidInput when another
+        member of a gather reached it: their steps would be one)."""
         if len(key) > KEY_MAX_LENGTH:
             raise InvalidInput(f"Step key {key!r} is longer than {KEY_MAX_LENGTH} characters.")
-        previous, self.last_key = self.last_key, key
+        owner = self.owners.setdefault(key, self.cursor.path)
+        if owner != self.cursor.path:
+            raise InvalidInput(
+                f"Step key {key!r} is reached by two members of a gather: give each member "
+                "its own keys (a step is known by its key)."
+            )
         self.reached.add(key)
-        return key, previous
 
     def set_state(self, key: str, value: Any) -> None:
         value = checked_state(key, value)
@@ -130,14 +229,17 @@ class ReplayPass:
         self.run.state = {**stored, key: value}
 
 
-def read_steps(run_id: Any, *, leaving_out: Q | None = None) -> dict[str, WorkflowStep]:
-    """Every step of the run (but those `leaving_out` matches) in one query (replay must not
-    read step by step), with what the database clock says of each."""
-    rows = WorkflowStep.objects.filter(run_id=run_id)
+def read_steps(
+    run_id: Any, *, leaving_out: Q | None = None, **filters: Any
+) -> dict[str, WorkflowStep]:
+    """Every step of the run (matching `filters`, but those `leaving_out` matches) in one query
+    (replay must not read step by step), with what the database clock says of each and when its
+    current attempt ended."""
+    rows = WorkflowStep.objects.filter(run_id=run_id, **filters)
     if leaving_out is not None:
         rows = rows.exclude(leaving_out)
     steps = {}
-    for step in rows.with_clock():
+    for step in rows.with_clock().with_attempt_end():
         observe_timer(step, step.wake_in)
         steps[step.step_key] = step
     return steps

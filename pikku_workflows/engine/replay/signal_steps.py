@@ -18,9 +18,9 @@ from ...status import StepKind, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_running_run_txn
 from ..store.signal_rows import deliver_signals_txn, wait_name
-from ..store.step_transitions import park_step_txn
+from ..store.step_transitions import note_attempt_end, park_step_txn
 from .attempts import record_kept
-from .replay_pass import ReplayPass
+from .replay_pass import ReplayPass, step_ended_at
 
 
 def run_wait_for_signal(
@@ -38,8 +38,10 @@ def run_wait_for_signal(
         # First reach, or a new attempt after retry_run re-armed a timed-out wait.
         step = _wait(rp, physical, from_key, name, timeout_ms, step)
     if step.status == StepStatus.SUCCEEDED:
+        rp.consume(step)
         return step.result
     if step.status == StepStatus.FAILED:
+        rp.consume(step)
         message = (step.error or {}).get("message") or None
         raise SignalTimeout(message, step_key=physical, signal=name)
     raise RunParked(physical)
@@ -66,7 +68,9 @@ def _wait(
             from_step_key=from_key,
             wake_in_ms=timeout_ms,
         )
-        if any(taker.pk == step.pk for _, taker in deliver_signals_txn(rp.run.pk)):
+        taken = [taker for _, taker in deliver_signals_txn(rp.run.pk) if taker.pk == step.pk]
+        if taken:
             step.refresh_from_db(fields=["status", "result", "wake_at"])
+            note_attempt_end(step, step_ended_at(taken[0]))
     rp.steps[key] = step
     return step

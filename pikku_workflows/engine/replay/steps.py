@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -31,14 +31,16 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
 from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
-from ..store.step_transitions import move_step
+from ..store.step_transitions import move_step, note_attempt_end
 from . import children, queued
+from .atomic_steps import call_atomically
 from .attempts import (
     call_user_code,
     claim_next_attempt,
     create_next_step,
     finish_in_pass,
     record_kept,
+    run_still_ours,
     started_by_name,
     step_context,
     timeout_enforceable,
@@ -53,6 +55,8 @@ class StepOptions:
     retry_delay: int | str | timedelta | None = None
     on_error: str | None = None
     timeout: int | str | timedelta | None = None
+    # None: as the step function was registered.
+    atomic: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,9 @@ class StepCall:
     timeout_ms: int | None = None
     func: Callable[..., Any] | None = None
     definition: StepFunctionDefinition | None = None
-
-
-def run_step(rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions) -> Any:
-    return drive_call(rp, resolve_call(rp, key, target, data, options))
+    atomic: bool = False
+    # The gather the step is a member of (`wf.gather`, `wf.map`), by its key.
+    gather_key: str | None = None
 
 
 def drive_call(rp: ReplayPass, call: StepCall) -> Any:
@@ -143,6 +146,14 @@ def resolve_call(
     rp: ReplayPass, key: str, target: Any, data: Any, options: StepOptions
 ) -> StepCall:
     """The call a `wf.do` reach makes, checked and keyed (its ordinal allocated)."""
+    call = prepare_call(key, target, data, options)
+    physical, from_key = rp.allocate_key(key)
+    return replace(call, key=physical, from_key=from_key)
+
+
+def prepare_call(key: str, target: Any, data: Any, options: StepOptions) -> StepCall:
+    """The call of `target` under the logical `key`, checked (InvalidInput names what is wrong)
+    but not keyed yet: what `wf.call` checks before anything runs."""
     validate_step_key(key)
     policy = RetryPolicy.resolve(
         options.retries, options.retry_delay, pikku_settings.DEFAULT_STEP_RETRIES
@@ -155,12 +166,27 @@ def resolve_call(
         data = round_trip(data)
     except NotStorableJson as exc:
         raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
-    physical, from_key = rp.allocate_key(key)
     if timeout_ms is None and definition is not None:
         timeout_ms = definition.timeout_ms
+    atomic = _atomic(key, kind, definition, options.atomic)
     return StepCall(
-        physical, from_key, kind, name, data, policy, options.on_error, timeout_ms, func, definition
+        key, None, kind, name, data, policy, options.on_error, timeout_ms, func, definition, atomic
     )
+
+
+def _atomic(
+    key: str, kind: str, definition: StepFunctionDefinition | None, asked: bool | None
+) -> bool:
+    if asked is None:
+        return definition is not None and definition.atomic
+    if not isinstance(asked, bool):
+        raise InvalidInput(f"Step {key!r}: atomic must be True or False.")
+    if asked and kind != StepKind.FUNCTION:
+        raise InvalidInput(
+            f"Step {key!r}: atomic=True is for step functions (their writes commit with their "
+            "result); a callable or a child run cannot be made atomic."
+        )
+    return asked
 
 
 def _resolve_target(
@@ -198,8 +224,9 @@ def _placement(rp: ReplayPass, call: StepCall, step: WorkflowStep | None = None)
     cluster with budget left), or through the queue (everything else: its retries too)."""
     if not leaves_the_pass(rp, call):
         return StepDispatch.INLINE
-    if rp.inline_caller:
-        return StepDispatch.QUEUED  # its timeout cannot be enforced in the caller
+    if rp.inline_caller or rp.batch is not None:
+        # Its timeout cannot be enforced in the caller; a gather's member runs beside the others.
+        return StepDispatch.QUEUED
     first = step is None or step.status == StepStatus.PENDING
     assert call.definition is not None  # a queued step function: `leaves_the_pass` said so
     if first and queued.runs_in_place(call.definition, call.timeout_ms):
@@ -230,9 +257,11 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
         if step is None:
             step = _first_attempt(rp, call)
         elif step.status == StepStatus.SUCCEEDED:
+            rp.consume(step)
             return step.result
         elif step.status == StepStatus.FAILED and step.attempt >= step.attempt_limit:
-            _compensate(rp, call, step)
+            _run_on_error(rp, call, step)
+            rp.consume(step)
             raise StepFailed(call.key, step.error or {})
         elif step.status == StepStatus.FAILED:
             _wait_until_due(rp, step)
@@ -253,7 +282,17 @@ def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
     placement = _placement(rp, call)
     if placement == StepDispatch.QUEUED:
         assert call.definition is not None  # only a queued step function is placed there
-        queued.dispatch_new_step(rp, call.key, call.definition, _step_row_fields(call))
+        if rp.batch is not None:
+            # A gather's member: dispatched with the others when the gather's round ends.
+            rp.batch.append(call)
+            raise RunParked(call.key)
+        queued.dispatch_new_step(rp, call.key, call.definition, step_row_fields(call))
+    return run_in_pass(rp, call, placement)
+
+
+def run_in_pass(rp: ReplayPass, call: StepCall, placement: str) -> WorkflowStep:
+    """Create the step running under this pass and run its first attempt here (`placement`:
+    in the pass, or in place on this worker)."""
     lease = pikku_settings.STEP_LEASE_SECONDS
     step = _create_step(rp, call, StepStatus.RUNNING, lease_seconds=lease, dispatch=placement)
     return _run_attempt(rp, call, step)
@@ -289,7 +328,13 @@ def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflow
         if step.kind == StepKind.CALLABLE
         else (step.data, step_context(step, started_by_name(rp.run)))
     )
-    outcome = call_user_code(step, _in_savepoint(call.func), args)
+    if step.atomic:
+        # Its writes and its result commit together, so no result is kept for a later write.
+        record_kept(rp)
+        with run_still_ours():
+            outcome = call_atomically(step, call.func, args)
+    else:
+        outcome = call_user_code(step, _in_savepoint(call.func), args)
     finish_in_pass(rp, step, outcome, call.policy)
     return step
 
@@ -320,7 +365,7 @@ def _wait_until_due(rp: ReplayPass, step: WorkflowStep) -> None:
     raise RunParked(step.step_key)
 
 
-def _step_row_fields(call: StepCall) -> dict[str, Any]:
+def step_row_fields(call: StepCall) -> dict[str, Any]:
     return {
         "kind": call.kind,
         "function_name": call.function_name,
@@ -330,17 +375,19 @@ def _step_row_fields(call: StepCall) -> dict[str, Any]:
         "retry_delay": call.policy.stored_delay,
         "timeout_ms": call.timeout_ms,
         "from_step_key": call.from_key,
+        "atomic": call.atomic,
+        "gather_key": call.gather_key,
     }
 
 
 def _create_step(rp: ReplayPass, call: StepCall, status: str, **attempt: Any) -> WorkflowStep:
     """Create the step in the run (`attempt`: its first attempt's lease, timer or dispatch)."""
-    step = create_next_step(rp, call.key, status=status, **_step_row_fields(call), **attempt)
+    step = create_next_step(rp, call.key, status=status, **step_row_fields(call), **attempt)
     rp.steps[call.key] = step
     return step
 
 
-def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
+def on_error_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
     """The `on_error` handler's call for the exhausted `step`, with the failed step's input and
     error (a refund can name the charge it refunds), or None without a handler."""
     if not call.on_error:
@@ -364,9 +411,9 @@ def compensation_call(call: StepCall, step: WorkflowStep) -> StepCall | None:
     )
 
 
-def _compensate(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
+def _run_on_error(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
     """Run the `on_error` step function once, as its own durable step `<key>:onError`."""
-    handler = compensation_call(call, step)
+    handler = on_error_call(call, step)
     if handler is None:
         return
     existing = rp.steps.get(handler.key)
@@ -385,7 +432,7 @@ def suspend_missing_function(rp: ReplayPass, call: StepCall) -> None:
         rp,
         StepFunctionNotDeployed(call.function_name, call.key),
         step_key=call.key,
-        step_fields=None if call.key in rp.steps else _step_row_fields(call),
+        step_fields=None if call.key in rp.steps else step_row_fields(call),
     )
 
 
@@ -415,6 +462,7 @@ def run_sleep(rp: ReplayPass, key: str, duration: int | str | timedelta) -> None
 
 def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
     if step.status == StepStatus.SUCCEEDED:
+        rp.consume(step)  # `wf.now()` after a sleep is when it ended
         return
     record_kept(rp)
     _wait_until_due(rp, step)  # parks the run unless the timer is (nearly) due
@@ -425,6 +473,9 @@ def _finish_sleep(rp: ReplayPass, step: WorkflowStep) -> None:
         step.refresh_from_db(fields=["status"])
         if step.status != StepStatus.SUCCEEDED:
             raise
+        ended = WorkflowStep.objects.with_attempt_end().filter(pk=step.pk)
+        note_attempt_end(step, ended.values_list("ended_at", flat=True).first())
+    rp.consume(step)
 
 
 def suspend_key(rp: ReplayPass, reason: str) -> tuple[str, str | None]:

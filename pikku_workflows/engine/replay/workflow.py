@@ -8,8 +8,9 @@ the pass instead of reaching the body: a run is failed only by user code (docs/a
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -20,10 +21,11 @@ from ...control_flow import PassAbandoned
 from ...exceptions import WorkflowDispatchException
 from .approval_steps import run_approval
 from .attempts import record_kept
+from .gather import Drive, StepCall, make_call, run_gather, run_map
 from .patches import run_patched
 from .replay_pass import ReplayPass
 from .signal_steps import run_wait_for_signal
-from .steps import StepOptions, run_sleep, run_step, run_suspend
+from .steps import StepOptions, drive_call, resolve_call, run_sleep, run_suspend
 
 
 @contextlib.contextmanager
@@ -40,8 +42,10 @@ def engine_statements() -> Iterator[None]:
 class Workflow:
     """The handle a workflow body drives its run with; every method is replay-safe."""
 
-    def __init__(self, replay: ReplayPass) -> None:
+    def __init__(self, replay: ReplayPass, drive: Drive = drive_call) -> None:
         self._replay = replay
+        # What reaching a step does: record or run it (a replay check only reads it instead).
+        self._drive = drive
 
     @property
     def run_id(self) -> str:
@@ -65,15 +69,91 @@ class Workflow:
         retry_delay: int | str | timedelta | None = None,
         on_error: str | None = None,
         timeout: int | str | timedelta | None = None,
+        atomic: bool | None = None,
     ) -> Any:
         """Run a step once and return its (JSON round-tripped) result, recorded for replays.
 
         `target` is a step function name, a workflow name (a child run) or a callable taking no
         arguments. An exhausted step raises `StepFailed` here, which the body may catch.
+        `atomic` overrides the step function's own (`@pw.step_function(atomic=...)`).
         """
-        options = StepOptions(retries, retry_delay, on_error, timeout)
+        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
         with engine_statements():
-            return run_step(self._replay, key, target, data, options)
+            return self._drive(self._replay, resolve_call(self._replay, key, target, data, options))
+
+    def call(
+        self,
+        key: str,
+        target: str | Callable[[], Any],
+        data: Any = None,
+        *,
+        retries: int | None = None,
+        retry_delay: int | str | timedelta | None = None,
+        on_error: str | None = None,
+        timeout: int | str | timedelta | None = None,
+        atomic: bool | None = None,
+    ) -> StepCall:
+        """A step for `wf.gather` to run beside others (`wf.do`'s arguments); nothing runs yet."""
+        return make_call(
+            key, target, data, StepOptions(retries, retry_delay, on_error, timeout, atomic)
+        )
+
+    def gather(
+        self, *members: StepCall | Callable[[], Any], return_exceptions: bool = False
+    ) -> list[Any]:
+        """Run `members` together and return their results in argument order
+        (docs/code-workflows.md, "Parallel steps"): `wf.call` values, and branches (callables
+        taking no argument that run several steps in order). Queued steps run in parallel on
+        workers; the run parks once and is woken once, when the last member settles. Once every
+        member settled, the first failure in argument order is raised, or with
+        `return_exceptions=True` returned in its place (a step's as `StepFailed`)."""
+        with engine_statements():
+            return run_gather(
+                self._replay, members, return_exceptions=return_exceptions, drive=self._drive
+            )
+
+    def map(
+        self,
+        key: str,
+        target: str | Callable[[], Any],
+        items: list[Any],
+        *,
+        max_in_flight: int | None = None,
+        retries: int | None = None,
+        retry_delay: int | str | timedelta | None = None,
+        on_error: str | None = None,
+        timeout: int | str | timedelta | None = None,
+        atomic: bool | None = None,
+    ) -> list[Any]:
+        """`target` called with each item of `items` as the steps `key[0]`, `key[1]`, ...
+        gathered (their results in order); at most `max_in_flight` of them in flight at once: the
+        next ones start once those settled."""
+        options = StepOptions(retries, retry_delay, on_error, timeout, atomic)
+        with engine_statements():
+            return run_map(self._replay, key, target, items, options, max_in_flight=max_in_flight)
+
+    def now(self) -> datetime:
+        """The time of the latest durable event the body has taken so far: the run's start,
+        then each recorded step's end, in code order. The same on every replay; it never goes
+        back. No query, no write."""
+        self._replay.draw_allowed()
+        return self._replay.cursor.now
+
+    def random(self) -> float:
+        """A float in [0, 1), the same on every replay (the run's seed, this call's place)."""
+        return self._replay.draw().random()
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), the same on every replay."""
+        return uuid.UUID(int=self._replay.draw().getrandbits(128), version=4)
+
+    def uuid7(self) -> uuid.UUID:
+        """A time-ordered UUID (version 7) from `wf.now()` and the run's draws, the same on every
+        replay."""
+        draw = self._replay.draw()
+        milliseconds = int(self._replay.cursor.now.timestamp() * 1000) & (1 << 48) - 1
+        value = milliseconds << 80 | 0x7 << 76 | draw.getrandbits(12) << 64
+        return uuid.UUID(int=value | 0b10 << 62 | draw.getrandbits(62))
 
     def sleep(self, key: str, duration: int | str | timedelta) -> None:
         """A durable timer: `duration` is ms, "500ms|10s|5m|2h|1d|1w" or a timedelta."""

@@ -2,7 +2,7 @@
 the transitions' statements compose in; here the locks of one known step (a worker's or a
 pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
 batches of due timers and due reminders, an approval being decided, and a run receiving a
-signal. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+signal, and a run whose gather member settles. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
 run wherever a transaction waits for both, and a step before its approval (the timer loop
 holds a due step when it reads its approval, so deciders take the step first too).
 
@@ -157,6 +157,15 @@ def lock_run_for_signals_txn(run_id: Any) -> str | None:
     assert transaction.get_connection().in_atomic_block
     runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(pk=run_id)
     return runs.values_list("status", flat=True).first()
+
+
+def lock_run_for_gather_txn(run_id: Any) -> None:
+    """Inside a transaction that has just recorded a gather member's outcome (its step row
+    locked first): the run's row held FOR NO KEY UPDATE, so members settling at once take turns
+    and the last to commit reads every other member's outcome."""
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.select_for_update(no_key=True, of=("self",)).filter(pk=run_id)
+    list(runs.values_list("pk", flat=True))
 
 
 def deadline_passed(approval: WorkflowApproval) -> bool:

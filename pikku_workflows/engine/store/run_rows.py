@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def create_run_row(
         code_version=definition.code_version,
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
+        random_seed=secrets.randbits(63),
         **fields,
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS

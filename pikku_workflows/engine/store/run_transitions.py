@@ -1,5 +1,6 @@
-"""A run's status changes: one guarded write per move, refused when the run's status (or its
-lease holder) is not what the move expects (`InvalidTransition`, `RunInterrupted`)."""
+"""A run's status changes, and the start of its compensation: one guarded write per move,
+refused when the run's status (or its lease holder) is not what the move expects
+(`InvalidTransition`, `RunInterrupted`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ...control_flow import RunInterrupted
 from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
 from ...querysets import DatabaseNow
-from ...status import TERMINAL_RUN_STATUSES, RunStatus, run_sources
+from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
 from .transitions import checked_sources
 
 
@@ -44,3 +45,32 @@ def move_run(
     if lease_holder is not None and current in sources:
         raise RunInterrupted(f"run {run_id} lease is no longer held by this pass")
     raise InvalidTransition("run", current, target)
+
+
+def begin_compensation(
+    run_id: Any, cause: dict[str, Any], *, lease_holder: str | None = None
+) -> None:
+    """Start undoing a running run's succeeded steps (`compensate=`): `compensation` running,
+    `cause` the error it ends with once they are undone (its body's failure, or a cancel).
+
+    With `lease_holder` (the pass that met the failure) only while that pass holds the lease,
+    which it keeps; without (an operator's cancel) the lease is taken from whichever pass holds
+    it: its next guarded write stops it, and the pass that follows undoes instead of replaying.
+    """
+    runs = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+    changes: dict[str, Any] = {
+        "compensation": Compensation.RUNNING,
+        "compensation_cause": cause,
+        "error": None,
+        "updated_at": DatabaseNow(),
+    }
+    if lease_holder is not None:
+        runs = runs.filter(lease_holder=lease_holder)
+    else:
+        changes.update(lease_holder=None, lease_expires_at=None, rerun_requested=False)
+    if runs.update(**changes):
+        return
+    current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if lease_holder is not None and current == RunStatus.RUNNING:
+        raise RunInterrupted(f"run {run_id} lease is no longer held by this pass")
+    raise InvalidTransition("run", current, Compensation.RUNNING.label.lower())

@@ -49,6 +49,8 @@ STATEMENTS = Statements(
 )
 # Step columns the database sets from seconds given (on its clock), never from a value.
 CLOCKED = ("lease_expires_at", "wake_at")
+# The statuses that end an attempt (its history row then has its outcome time).
+ENDED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ def create_step_in_run(
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
     step.lease_expires_at, step.wake_at = row
     step._state.adding, step._state.db = False, connection.alias
+    note_attempt_end(step, step.created_at if status in ENDED else None)
     return step
 
 
@@ -119,7 +122,7 @@ def _record_and_insert(after: UnrecordedSuccess, params: dict[str, Any]) -> tupl
     outcome_moved, inserted, lease, timer = row
     if not outcome_moved:
         _raise_refused(after.step, StepStatus.SUCCEEDED)
-    _mark_recorded(after.step, StepStatus.SUCCEEDED, fields, None)
+    _mark_recorded(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
     return (lease, timer) if inserted else None
 
 
@@ -217,6 +220,7 @@ def _save_new_step_txn(
         **history_stamps(step.status, step.created_at),
     )
     history.save(force_insert=True)
+    note_attempt_end(step, step.created_at if step.status in ENDED else None)
     return step
 
 
@@ -288,7 +292,8 @@ def record_step_outcome(
             **fields,
         )
         return None
-    params = _outcome_params(step, target, fields, wake_in_ms)
+    at = timezone.now()
+    params = _outcome_params(step, target, fields, wake_in_ms, at)
     leased, moved, wake_at = None, False, None
     if take_run_lease_for is None:
         row = _fetch_one("record_step_outcome", params)
@@ -302,16 +307,25 @@ def record_step_outcome(
         leased = run if run.pk is not None else None
     if not moved:
         _raise_refused(step, target)
-    _mark_recorded(step, target, fields, wake_at)
+    _mark_recorded(step, target, fields, wake_at, at)
     if target == StepStatus.FAILED:
         events.announce_attempt_failed(step)
     return leased
 
 
-def _mark_recorded(step: WorkflowStep, target: str, fields: dict[str, Any], wake_at: Any) -> None:
+def _mark_recorded(
+    step: WorkflowStep, target: str, fields: dict[str, Any], wake_at: Any, at: datetime
+) -> None:
     step.status, step.lease_expires_at, step.wake_at = target, None, wake_at
     for name, value in fields.items():
         setattr(step, name, value)
+    note_attempt_end(step, at)
+
+
+def note_attempt_end(step: WorkflowStep, at: datetime | None) -> None:
+    """Keep on `step` when its attempt ended, as its history row records it (what `wf.now()`
+    moves on to; a pass that reads the step later gets the same from `with_attempt_end`)."""
+    step.ended_at = at  # type: ignore[attr-defined]
 
 
 def _outcome_params(
@@ -426,18 +440,23 @@ def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) 
     history = WorkflowStepHistory(
         step_id=step.pk, attempt=step.attempt + 1, status=target, **outcome
     )
+    at = timezone.now()
     if target != StepStatus.PENDING:
-        setattr(history, HISTORY_TIMESTAMP[target], timezone.now())
+        setattr(history, HISTORY_TIMESTAMP[target], at)
     history.save(force_insert=True)
     # Only now: if the insert fails the transaction rolls back, and `step` must still match.
     step.attempt = history.attempt
+    note_attempt_end(step, at if target in ENDED else None)
 
 
 def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
     changes = {"status": target, **outcome}
+    at = timezone.now()
     if target != StepStatus.PENDING:
-        changes[HISTORY_TIMESTAMP[target]] = timezone.now()
+        changes[HISTORY_TIMESTAMP[target]] = at
     WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(**changes)
+    if target in ENDED:
+        note_attempt_end(step, at)
 
 
 def _apply(step: WorkflowStep, fields: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@
 %(status)s, %(result)s::jsonb, %(error)s::jsonb, %(attempt)s::integer,
 %(attempt_limit)s::integer, %(retries)s::integer, %(retry_delay)s, %(timeout_ms)s::integer,
 %(from_step_key)s, %(child_run_id)s::uuid, %(branch_taken)s, %(copied)s::boolean,
+%(atomic)s::boolean, %(gather_key)s,
 -- A lease and a timer are set on the database clock (NULL seconds: none).
 clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
 clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
@@ -17,8 +18,8 @@ clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
 -- name: new_step_columns
 -- (fragment) The columns `new_step_values` fills.
 id, run_id, step_key, kind, function_name, data, status, result, error, attempt, attempt_limit,
-retries, retry_delay, timeout_ms, from_step_key, child_run_id, branch_taken, copied,
-lease_expires_at, wake_at, created_at, updated_at
+retries, retry_delay, timeout_ms, from_step_key, child_run_id, branch_taken, copied, atomic,
+gather_key, lease_expires_at, wake_at, created_at, updated_at
 
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
@@ -46,20 +47,25 @@ new_step AS (
 {first_history_row}
 SELECT lease_expires_at, wake_at FROM new_step
 
--- name: insert_dispatched_step
--- Insert a queued step straight into `scheduled` with its history row and its queue message
--- (dispatch's `queue_message` fragment), and hand the run lease back unless a rerun was asked
--- for: the message can never name an unwritten step. Returns whether the lease was released;
--- no row (nothing written) once the run stopped running under the pass.
-WITH lease AS (
-    -- The guard and the release in one write: the run row stays locked until commit, so a
-    -- cancel waits, then finds the step.
+-- name: lease_handed_back
+-- (fragment) CTE `lease`: the run %(run_id)s while it is running under this pass's lease
+-- %(lease_holder)s, its lease handed back unless a rerun was asked for (`released`). The guard
+-- and the release are one write: the run row stays locked until commit, so a cancel waits,
+-- then finds what the statement wrote.
+lease AS (
     UPDATE {run} SET
         lease_holder = CASE WHEN rerun_requested THEN lease_holder END,
         lease_expires_at = CASE WHEN rerun_requested THEN lease_expires_at END
     WHERE id = %(run_id)s AND status = %(run_running)s AND lease_holder = %(lease_holder)s
     RETURNING id, NOT rerun_requested AS released
-),
+)
+
+-- name: insert_dispatched_step
+-- Insert a queued step straight into `scheduled` with its history row and its queue message
+-- (dispatch's `queue_message` fragment), and hand the run lease back unless a rerun was asked
+-- for: the message can never name an unwritten step. Returns whether the lease was released;
+-- no row (nothing written) once the run stopped running under the pass.
+WITH {lease_handed_back},
 new_step AS (
     INSERT INTO {step} ({new_step_columns})
     SELECT {new_step_values} FROM lease

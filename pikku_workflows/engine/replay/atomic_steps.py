@@ -1,0 +1,64 @@
+"""One attempt of an atomic step function (`atomic=True`): its ORM writes and its result commit
+in one transaction on the engine's database, ended by the attempt-fenced write of the result
+(docs/code-workflows.md, "Exactly once").
+
+An attempt superseded meanwhile (its lease lapsed and another attempt claimed the step) writes
+nothing: its fenced write refuses, which rolls the user's writes back with it. A raised error
+or a timeout rolls them back too; that failure is then recorded in its own transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DataError, transaction
+
+from ...control_flow import TimeLimitAlarm
+from ...exceptions import InvalidTransition, StepSuperseded, StepTimedOut
+from ...models import WorkflowStep
+from ...serialization import NotStorableJson, describe_error, round_trip
+from ..store.leases import heartbeat
+from .attempts import Outcome, record_success, time_limit, unstorable_error
+
+
+class _Unstorable(Exception):
+    """The result cannot be stored: the attempt's transaction rolls back, and it fails."""
+
+
+def call_atomically(
+    step: WorkflowStep,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    continue_as: str | None = None,
+) -> Outcome:
+    """Call the step function inside `transaction.atomic()` and record its result in the same
+    transaction (`continue_as`: as `record_outcome`). The success comes back recorded; a failure
+    comes back for the caller to record (its writes already rolled back). StepSuperseded, when
+    a newer attempt owns the step, after the rollback."""
+    heartbeat.hold_step(step.pk, step.attempt)
+    try:
+        with transaction.atomic():
+            with time_limit(step.timeout_ms):
+                value = func(*args)
+            try:
+                result = round_trip(value)
+            except NotStorableJson as exc:
+                raise _Unstorable(str(exc)) from exc
+            try:
+                recorded = record_success(step, result, continue_as)
+            except DataError as exc:
+                raise _Unstorable(str(exc)) from exc
+    except (StepSuperseded, InvalidTransition):
+        raise  # rolled back: the attempt that owns the step now is the one that counts
+    except TimeLimitAlarm:
+        error = StepTimedOut(step.step_key, step.timeout_ms or 0)
+        return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
+    except _Unstorable as exc:
+        return Outcome(False, unstorable_error(step, str(exc)))
+    except Exception as exc:
+        return Outcome(False, describe_error(exc, step_key=step.step_key))
+    finally:
+        heartbeat.drop_step(step.pk, step.attempt)
+    return Outcome(True, result, recorded)
