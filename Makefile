@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist), each with its own test database; 0 runs the suite in this one.
 PYTEST_WORKERS ?= 3
 
-.PHONY: install test test-sqlite lint docs demo migrate worker openapi clean
+.PHONY: install test test-sqlite wheel-venv test-wheel lint docs demo migrate worker openapi clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,26 @@ test: $(STAMP)
 # The embedded default: every test that does not need PostgreSQL, on SQLite (CI runs it too).
 test-sqlite: $(STAMP)
 	env -u DATABASE_URL $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not postgres" $(PYTEST_ARGS)
+
+# The install the README gives until a release exists: the sdist and the wheel built from this
+# tree, the wheel installed into a fresh virtualenv outside it (wheel-venv, into WHEEL_DIR), and
+# the README followed in a fresh startproject with that virtualenv, not this checkout
+# (test-wheel; a new WHEEL_DIR unless given one wheel-venv filled). CI runs both.
+WHEEL_DIR ?=
+
+wheel-venv: $(STAMP)
+	@set -e; dir=$${WHEEL_DIR:?WHEEL_DIR names the directory to build and install into}; \
+	echo "==> python -m build (the sdist, then the wheel from it) into $$dir/dist"; \
+	$(PY) -m build --outdir $$dir/dist . > $$dir/build.log 2>&1 || { cat $$dir/build.log; exit 1; }; \
+	echo "==> a fresh virtualenv with the wheel: $$dir/venv"; \
+	$(PYTHON) -m venv $$dir/venv; \
+	$$dir/venv/bin/pip install --quiet $$dir/dist/*.whl
+
+test-wheel: $(STAMP)
+	@set -e; dir=$${WHEEL_DIR:-$$(mktemp -d)}; \
+	test -x $$dir/venv/bin/python || $(MAKE) --no-print-directory wheel-venv WHEEL_DIR=$$dir; \
+	README_INSTALLED_PYTHON=$$dir/venv/bin/python $(PY) -m pytest -p no:cacheprovider \
+		tests/e2e/test_readme__fresh_project.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """System checks for configurations that lose work, run it twice, or crawl; for deploys that
-run no `pikku_worker` (where that can be told); and for graph workflows whose definition cannot
-run (every problem, one error each)."""
+run no `pikku_worker` (where that can be told); for graph workflows whose definition cannot
+run (every problem, one error each); and for mistakes in the pikku_workflows settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
-from .conf import ON_NON_DETERMINISM_CHOICES, pikku_settings
+from .conf import ON_NON_DETERMINISM_CHOICES, pikku_settings, settings_problems
 from .graph.validation import structure_problems
 from .registry import graph_function_problems, registry
 
@@ -51,11 +51,21 @@ def check_queue_configuration(app_configs: Any = None, **kwargs: Any) -> list[Ch
     return problems
 
 
+# The commands that set a deployment up or start its work: where advice about it belongs.
+STARTUP_COMMANDS = frozenset({"check", "migrate", "pikku_worker"})
+
+
+def _command() -> str | None:
+    """The management command this process runs (`manage.py <command>`), if any."""
+    return sys.argv[1] if len(sys.argv) > 1 else None
+
+
 @register()
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     connection = connections["default"]
     problems: list[CheckMessage] = []
-    if connection.vendor == "sqlite":
+    # Said where a deploy is decided, not on every `pikku runs` or `runserver` of a laptop.
+    if connection.vendor == "sqlite" and _command() in STARTUP_COMMANDS:
         problems.append(
             Warning(
                 "The default database is SQLite: workflows run, but on one machine only "
@@ -65,7 +75,7 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     # SQLite has no connection to keep: opening its file costs next to nothing.
-    elif not connection.settings_dict.get("CONN_MAX_AGE"):
+    elif connection.vendor != "sqlite" and not connection.settings_dict.get("CONN_MAX_AGE"):
         problems.append(
             Warning(
                 "CONN_MAX_AGE is 0: every worker task opens a new database connection "
@@ -87,7 +97,7 @@ WORKER_HINT = (
 def check_worker_command(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W006: django-q2's own `qcluster` runs queued work but no timer loop: sleeps, retry
     backoffs and recovery would wait for ever (the checks run as that command starts)."""
-    if sys.argv[1:2] != ["qcluster"]:
+    if _command() != "qcluster":
         return []
     return [
         Warning(
@@ -211,4 +221,27 @@ def check_workflow_determinism(app_configs: Any = None, **kwargs: Any) -> list[C
         )
         for name, definition in sorted(registry.workflows.items())
         for finding in definition.nondeterminism
+    ]
+
+
+SETTINGS_HINT = "Every setting, its type and its default: docs/settings.md."
+SETTINGS_CHECK_IDS = {
+    "unknown": "pikku_workflows.E004",
+    "type": "pikku_workflows.E005",
+    "environment": "pikku_workflows.E006",
+}
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E004: an unknown PIKKU_WORKFLOWS key (naming the closest known one); E005: a value of the
+    wrong type; E006: a PIKKU_<NAME> variable that reads as no value of its setting. Runs would
+    use the default meanwhile (docs/settings.md): the check is where the mistake shows."""
+    return [
+        Error(
+            message if message.endswith("?") else f"{message}.",
+            hint=SETTINGS_HINT,
+            id=SETTINGS_CHECK_IDS[kind],
+        )
+        for kind, message in settings_problems()
     ]

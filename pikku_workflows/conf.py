@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import os
+from collections.abc import Callable
+from types import NoneType
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -52,9 +56,34 @@ DEFAULTS: dict[str, Any] = {
     "ADMIN_BASE_URL": None,
 }
 
+# The types a setting takes where its default cannot tell (a None default; a callable beside a
+# dotted path). Every other setting takes its default's type, and an int setting whose name ends
+# in `_SECONDS` a float too (tests shrink leases below a second): a setting added to DEFAULTS is
+# checked with no more code, and one whose default is None takes anything until listed here.
+SETTING_TYPES: dict[str, tuple[Any, ...]] = {
+    "ORCHESTRATOR_QUEUE": (str, NoneType),
+    "RUN_QUERYSET_FILTER": (str, Callable, NoneType),
+    "ADMIN_BASE_URL": (str, NoneType),
+}
+
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+TYPE_WORDS: dict[Any, str] = {
+    bool: "True or False",
+    int: "an int",
+    float: "a float",
+    str: "a string",
+    list: "a list",
+    tuple: "a tuple",
+    dict: "a dict",
+    Callable: "a callable",
+    NoneType: "None",
+}
+
+logger = logging.getLogger(__name__)
+# Each configuration mistake is logged once per process, not on every access.
+_reported: set[str] = set()
 
 
 class Settings:
@@ -62,23 +91,52 @@ class Settings:
 
     Numeric and true/false settings can also come from `PIKKU_<NAME>` environment variables
     (`PIKKU_IN_PLACE=false`), so end-to-end tests can shrink leases and windows for worker
-    subprocesses; the settings dict wins over both. A value that reads as neither is
-    ImproperlyConfigured, naming the variable.
+    subprocesses; the settings dict wins over both. A value of the wrong type, or a variable that
+    reads as neither, is never used: the default is, with an ERROR logged once (the system check
+    `settings_problems` reports it at startup), so a configuration mistake never fails a run.
     """
 
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown pikku_workflows setting {name!r}")
-        configured = getattr(django_settings, "PIKKU_WORKFLOWS", {}) or {}
-        if name in configured:
-            return configured[name]
+        configured = configured_settings()
         default = DEFAULTS[name]
+        if name in configured:
+            value = configured[name]
+            problem = type_problem(name, value)
+            return value if problem is None else _report(problem, default)
         from_env = os.environ.get(f"PIKKU_{name}")
-        if from_env is None or not isinstance(default, int | float):
+        if from_env is None or not _read_from_environment(default):
             return default
-        if isinstance(default, bool):
-            return _flag(name, from_env)
-        return _number(name, from_env)
+        try:
+            return environment_value(name, from_env)
+        except ImproperlyConfigured as exc:
+            return _report(str(exc), default)
+
+
+def configured_settings() -> dict[str, Any]:
+    """`settings.PIKKU_WORKFLOWS`, or {} when it is unset, None or not a dict."""
+    configured = getattr(django_settings, "PIKKU_WORKFLOWS", None) or {}
+    return configured if isinstance(configured, dict) else {}
+
+
+def _report(problem: str, default: Any) -> Any:
+    if problem not in _reported:
+        _reported.add(problem)
+        logger.error("pikku_workflows: %s; using the default, %r.", problem, default)
+    return default
+
+
+def _read_from_environment(default: Any) -> bool:
+    return isinstance(default, int | float)
+
+
+def environment_value(name: str, text: str) -> Any:
+    """The setting `name` as its `PIKKU_<NAME>` variable's `text` reads (ImproperlyConfigured,
+    naming the variable, when it reads as no value of the setting's kind)."""
+    if isinstance(DEFAULTS[name], bool):
+        return _flag(name, text)
+    return _number(name, text)
 
 
 def _flag(name: str, text: str) -> bool:
@@ -86,7 +144,7 @@ def _flag(name: str, text: str) -> bool:
     if word in TRUE_WORDS | FALSE_WORDS:
         return word in TRUE_WORDS
     raise ImproperlyConfigured(
-        f"PIKKU_{name} must be true or false (1/0, yes/no, on/off), not {text!r}."
+        f"PIKKU_{name} must be true or false (1/0, yes/no, on/off), not {text!r}"
     )
 
 
@@ -96,9 +154,80 @@ def _number(name: str, text: str) -> int | float:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise ImproperlyConfigured(f"PIKKU_{name} must be a number, not {text!r}.")
+        raise ImproperlyConfigured(f"PIKKU_{name} must be a number, not {text!r}")
     # "0.5" stays a float even where the default is an int: tests shrink leases below 1 s.
     return int(number) if number.is_integer() else number
+
+
+def accepted_types(name: str) -> tuple[Any, ...] | None:
+    """The types the setting `name` takes (None: anything; see SETTING_TYPES)."""
+    if name in SETTING_TYPES:
+        return SETTING_TYPES[name]
+    default = DEFAULTS[name]
+    if default is None:
+        return None
+    if isinstance(default, bool):
+        return (bool,)
+    if isinstance(default, float) or (isinstance(default, int) and name.endswith("_SECONDS")):
+        return (int, float)
+    if isinstance(default, list | tuple):
+        return (list, tuple)
+    return (type(default),)
+
+
+def type_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be the setting `name` (a wrong type, a non-finite number), or None."""
+    accepted = accepted_types(name)
+    if accepted is None:
+        return None
+    wrong = not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
+    if not wrong and not (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    words = " or ".join(TYPE_WORDS.get(kind, kind.__name__) for kind in accepted)
+    return f"PIKKU_WORKFLOWS[{name!r}] is {value!r} ({type(value).__name__}); it takes {words}" + (
+        " (finite)" if not wrong else ""
+    )
+
+
+def settings_problems() -> list[tuple[str, str]]:
+    """Every configuration mistake, as (kind, message): `unknown` keys of PIKKU_WORKFLOWS (with
+    the closest known name), values of the wrong `type`, and `environment` variables that read
+    as no value of their setting (or belong to a setting never read from the environment)."""
+    configured = getattr(django_settings, "PIKKU_WORKFLOWS", None) or {}
+    if not isinstance(configured, dict):
+        return [("type", f"PIKKU_WORKFLOWS is {type(configured).__name__}; it takes a dict")]
+    problems = [("unknown", _unknown_key(key)) for key in configured if key not in DEFAULTS]
+    for name, value in configured.items():
+        problem = type_problem(name, value) if name in DEFAULTS else None
+        if problem:
+            problems.append(("type", problem))
+    for name in DEFAULTS:
+        problem = _environment_problem(name, configured)
+        if problem:
+            problems.append(("environment", problem))
+    return problems
+
+
+def _unknown_key(key: Any) -> str:
+    close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "; it is not a pikku_workflows setting"
+    return f"PIKKU_WORKFLOWS has an unknown key {key!r}{hint}"
+
+
+def _environment_problem(name: str, configured: dict[str, Any]) -> str | None:
+    text = os.environ.get(f"PIKKU_{name}")
+    if text is None or name in configured:
+        return None  # unset, or the dict wins
+    if not _read_from_environment(DEFAULTS[name]):
+        return (
+            f"PIKKU_{name} is set, but {name} is not read from the environment (only numbers "
+            "and true/false are): set it in PIKKU_WORKFLOWS"
+        )
+    try:
+        environment_value(name, text)
+    except ImproperlyConfigured as exc:
+        return str(exc)
+    return None
 
 
 pikku_settings = Settings()

@@ -104,6 +104,59 @@ def announce_attempt_failed(step: Any) -> None:
     transaction.on_commit(after_commit)
 
 
+def announce_missing_function(run_id: Any, step_key: str, function: str | None, why: str) -> None:
+    """A step asked for a step function this process lacks, and its run is being suspended
+    (RPC_NOT_FOUND): a WARNING naming the run, the step and the function (`why` says what to
+    do, with the close names a typo suggests)."""
+    run_id = str(run_id)
+    logger.warning(
+        "pikku_workflows: run %s step %s asks for step function %r: %s%s",
+        run_id,
+        step_key,
+        function,
+        why,
+        _admin_link(run_id),
+        extra={"run_id": run_id, "step_key": step_key, "function": function},
+    )
+
+
+def announce_step_retargeted(
+    run_id: Any, step_key: str, recorded: str | None, now: str | None
+) -> None:
+    """A step no attempt ran took the function the code asks for now (a typo fixed)."""
+    run_id = str(run_id)
+    logger.info(
+        "pikku_workflows: run %s step %s now calls %r instead of %r, which never ran",
+        run_id,
+        step_key,
+        now,
+        recorded,
+        extra={"run_id": run_id, "step_key": step_key, "function": now},
+    )
+
+
+def announce_takeover(run_id: Any, step_key: str, attempt: int, lapsed_on: str | None) -> None:
+    """A step's attempt was taken over after its lease lapsed (its worker went silent): one
+    WARNING after the commit, naming the run, the step, the silent worker and the new attempt."""
+    run_id = str(run_id)
+    worker = f"worker {lapsed_on}" if lapsed_on else "its worker"
+
+    def after_commit() -> None:
+        logger.warning(
+            "pikku_workflows: run %s step %s: attempt %s's lease lapsed (%s went silent); "
+            "attempt %s takes over%s",
+            run_id,
+            step_key,
+            attempt - 1,
+            worker,
+            attempt,
+            _admin_link(run_id),
+            extra={"run_id": run_id, "step_key": step_key, "worker": lapsed_on},
+        )
+
+    transaction.on_commit(after_commit)
+
+
 def announce_operator_action(
     run_id: Any, action: str, by: Any, reason: str, before: str, after: str | None
 ) -> None:

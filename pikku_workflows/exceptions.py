@@ -103,9 +103,20 @@ class RunTimeout(WorkflowError):
 
     code = "RUN_TIMEOUT"
 
-    def __init__(self, run_id: object, timeout: float) -> None:
+    def __init__(
+        self, run_id: object, timeout: float, waiting_on: dict[str, Any] | None = None
+    ) -> None:
         self.run_id = run_id
-        super().__init__(f"Workflow run {run_id} did not finish within {timeout} s.")
+        self.waiting_on = waiting_on or {}
+        what = " ".join(
+            str(self.waiting_on[key]) for key in ("kind", "step_key") if self.waiting_on.get(key)
+        )
+        until = f" until {self.waiting_on['until']}" if self.waiting_on.get("until") else ""
+        waits = f" (it waits on {what}{until})" if what else ""
+        super().__init__(
+            f"Workflow run {run_id} did not finish within {timeout:g} s{waits}: it goes on on a "
+            "worker; pass timeout=None to wait for it, or in tests drain(run_id, advance=...)."
+        )
 
 
 class StepFailed(WorkflowError):
@@ -280,14 +291,20 @@ class StepTimedOut(WorkflowError):
 
 
 class StepLeaseExpired(WorkflowError):
-    """A step's process stopped renewing its lease on the step's last attempt."""
+    """A step attempt's process stopped renewing its lease (killed, or cut off): the lease
+    lapsed. Ends that attempt; on the step's last attempt it fails the step."""
 
     code = "STEP_LEASE_EXPIRED"
 
     def __init__(self, step_key: str, attempt: int, attempt_limit: int) -> None:
         self.step_key = step_key
+        if attempt >= attempt_limit:
+            then = f"it was the last attempt ({attempt} of {attempt_limit})"
+        else:
+            then = f"attempt {attempt + 1} of {attempt_limit} takes over"
         super().__init__(
-            f"Step {step_key!r} lost its worker on its last attempt ({attempt} of {attempt_limit})."
+            f"Step {step_key!r} attempt {attempt}: lease lapsed (its worker stopped renewing it: "
+            f"killed, or cut off from the database); {then}."
         )
 
 
@@ -356,11 +373,12 @@ class StepFunctionNotDeployed(WorkflowError):
 
     code = "RPC_NOT_FOUND"
 
-    def __init__(self, name: str | None, step_key: str) -> None:
+    def __init__(self, name: str | None, step_key: str, close_names: Sequence[str] = ()) -> None:
         self.step_key = step_key
+        guess = f"did you mean {' or '.join(map(repr, close_names))}? " if close_names else ""
         super().__init__(
-            f"Step function {name!r} is not registered here (step {step_key!r}); "
-            "deploy it and resume the run."
+            f"Step function {name!r} is not registered here (step {step_key!r}); {guess}"
+            "deploy it (or fix the name) and resume the run."
         )
 
 

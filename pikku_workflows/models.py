@@ -212,6 +212,9 @@ class WorkflowStepHistory(models.Model):
     status = models.CharField(max_length=16, choices=StepStatus.choices)
     # How the attempt was dispatched; NULL until it runs.
     dispatch = models.CharField(max_length=16, choices=StepDispatch.choices, null=True, blank=True)
+    # The process that ran it, `host:pid` (a pikku_worker's, as its `WorkflowWorker` row names
+    # it); NULL until it runs.
+    worker = models.CharField(max_length=300, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     # Not auto_now_add: attempt 1's row takes its step's creation moment exactly.
@@ -243,9 +246,10 @@ class WorkflowVersion(models.Model):
     """
 
     class Kind(models.TextChoices):
-        DSL = "dsl", "DSL"
-        GRAPH = "graph", "Graph"
-        DYNAMIC = "dynamic", "Dynamic"
+        # The docs' words: a workflow is code (a Python body) or a graph (JSON data).
+        DSL = "dsl", "Code workflow"
+        GRAPH = "graph", "Graph workflow"
+        DYNAMIC = "dynamic", "Dynamic workflow"
 
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"

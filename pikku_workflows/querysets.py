@@ -89,7 +89,17 @@ WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
     WaitingKind.APPROVAL: lambda: runs_with_step(_steps().awaiting_approval()),
     WaitingKind.SIGNAL: lambda: runs_with_step(_steps().awaiting_signal()),
     WaitingKind.SUSPEND: lambda: models.Q(status=RunStatus.SUSPENDED),
+    WaitingKind.PASS: lambda: _waiting_for_a_pass(),
 }
+
+
+def _waiting_for_a_pass() -> models.Q:
+    """Running runs waiting on none of the step kinds: their next pass is all they wait for."""
+    on_a_step = models.Q(pk__in=[])
+    for kind, predicate in WAITING_KINDS.items():
+        if kind not in (WaitingKind.SUSPEND, WaitingKind.PASS):
+            on_a_step |= predicate()
+    return models.Q(status=RunStatus.RUNNING) & ~on_a_step
 
 
 def waiting_on_q(kind: str) -> models.Q:
@@ -100,9 +110,26 @@ def waiting_on_q(kind: str) -> models.Q:
     return predicate()
 
 
+class RunLevel(models.TextChoices):
+    """Which runs a list shows: top-level runs (the default of the admin's list, the API's and
+    the `pikku runs` command), child runs (a `wf.do` of a workflow), or all."""
+
+    TOP = "top", "Top-level runs"
+    CHILDREN = "children", "Child runs"
+    ALL = "all", "All runs"
+
+
 class WorkflowRunQuerySet(models.QuerySet):
     def running(self) -> WorkflowRunQuerySet:
         return self.filter(status=RunStatus.RUNNING)
+
+    def at_level(self, level: str) -> WorkflowRunQuerySet:
+        """The runs of `level` (a RunLevel): top-level ones, child runs, or all."""
+        if level == RunLevel.TOP:
+            return self.filter(parent_run__isnull=True)
+        if level == RunLevel.CHILDREN:
+            return self.filter(parent_run__isnull=False)
+        return self
 
     def waiting_on(self, kind: str) -> WorkflowRunQuerySet:
         """Runs waiting on `kind` (a key of WAITING_KINDS)."""

@@ -27,6 +27,9 @@ WORKFLOW_KIND_DSL = "dsl"
 WORKFLOW_KIND_GRAPH = "graph"
 # A step's timeout (per attempt) is at most a day: a step that needs longer is a child run.
 MAX_STEP_TIMEOUT_MS = 86_400_000
+# How many close names a "did you mean" offers, and how close they must be (difflib's ratio).
+CLOSE_NAMES = 2
+CLOSE_CUTOFF = 0.75
 
 
 def validate_step_key(key: object) -> str:
@@ -157,6 +160,12 @@ class Registry:
 
     def is_workflow(self, name: str) -> bool:
         return name in self.workflows
+
+    def close_names(self, name: str) -> list[str]:
+        """The registered step functions and workflows whose names are close to `name` (a
+        typo's likely meaning), closest first."""
+        known = [*self.step_functions, *self.workflows]
+        return difflib.get_close_matches(name, known, n=CLOSE_NAMES, cutoff=CLOSE_CUTOFF)
 
     def can_call(self, name: str) -> bool:
         """Whether a step may name `name`: a step function, or a workflow (a child run)."""

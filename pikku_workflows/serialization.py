@@ -33,7 +33,7 @@ class NestedTooDeeply(NotStorableJson):
         super().__init__(f"the value is nested deeper than {MAX_NESTING_DEPTH} levels")
 
 
-def round_trip(value: Any) -> Any:
+def round_trip(value: Any, *, name: str = "the value", instance_hint: str = "") -> Any:
     """Return `value` as it will read back from the database (tuples become lists, ...).
 
     `Decimal`, `date`, `datetime`, `time`, `timedelta` and `UUID` become the strings
@@ -41,13 +41,20 @@ def round_trip(value: Any) -> Any:
     the same value on the first run as on replay. Rejected here, before anything is written:
     what is not JSON (NaN, ±Infinity, other objects), what jsonb refuses (the NUL character,
     lone surrogates), values nested deeper than `MAX_NESTING_DEPTH`, and encodings longer than
-    `MAX_PAYLOAD_BYTES`.
+    `MAX_PAYLOAD_BYTES`. An object that is not JSON is named by where it is (`name` the
+    value's own name: `input['user'] is a User: pass its pk`, then `instance_hint` for a model
+    instance).
     """
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, cls=DjangoJSONEncoder)
     except RecursionError:
         raise NestedTooDeeply() from None
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:
+        found = _not_json(value, name)
+        if found is None:
+            raise NotStorableJson(str(exc)) from exc
+        raise NotStorableJson(_describe_not_json(*found, instance_hint)) from exc
+    except ValueError as exc:
         raise NotStorableJson(str(exc)) from exc
     if _NUL_ESCAPE.search(text):
         raise NotStorableJson("strings may not contain the NUL character (\\u0000)")
@@ -88,6 +95,39 @@ def check_nesting(value: Any) -> None:
             items = container.values() if isinstance(container, dict) else container
             inner.extend(item for item in items if isinstance(item, dict | list))
         level = inner
+
+
+def _not_json(value: Any, path: str) -> tuple[str, Any] | None:
+    """Where the first value DjangoJSONEncoder cannot write is (its path from `path`), and it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"{path} key {key!r}", key
+            found = _not_json(item, f"{path}[{key!r}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _not_json(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return None
+    try:
+        DjangoJSONEncoder().default(value)
+    except TypeError:
+        return path, value
+    return None
+
+
+def _describe_not_json(path: str, value: Any, instance_hint: str) -> str:
+    kind = type(value).__name__
+    # A model instance (duck-typed: this module imports no models).
+    if hasattr(getattr(value, "_meta", None), "concrete_model") and hasattr(value, "pk"):
+        return f"{path} is a {kind}: pass its pk{instance_hint}"
+    return f"{path} is a {kind}, which is not JSON: pass what it holds as JSON values"
 
 
 def _utf8(text: str) -> bytes:

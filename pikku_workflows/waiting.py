@@ -9,7 +9,7 @@ from django.db.models import TextChoices
 
 class WaitingKind(TextChoices):
     """The kinds in the order the admin's filter and the API's enum list them; the label is the
-    admin filter's words."""
+    admin filter's words. Every kind but `suspend` and `pass` names a step (`step_key`)."""
 
     STEP = "step", "a step (queued or running)"
     TIMER = "timer", "a timer (sleep)"
@@ -19,6 +19,9 @@ class WaitingKind(TextChoices):
     APPROVAL = "approval", "an approval"
     SIGNAL = "signal", "a signal"
     SUSPEND = "suspend", "an operator (suspended)"
+    # Running with no step in flight: its next orchestrator pass is queued (or no worker took
+    # its first one yet).
+    PASS = "pass", "a worker (its next pass)"
 
 
 # The fields each kind's `waiting_on` may carry beyond `kind` (and `step_key`, which every kind
@@ -32,7 +35,16 @@ WAITING_FIELDS: dict[str, tuple[str, ...]] = {
     WaitingKind.APPROVAL: ("approval_id", "until"),
     WaitingKind.SIGNAL: ("signal", "until"),
     WaitingKind.SUSPEND: ("reason",),
+    WaitingKind.PASS: (),
 }
+
+# What every adapter (the admin, the `pikku` command) says of a run waiting on kind `pass`.
+WAITING_FOR_A_WORKER = "waiting for a worker"
+
+
+def waiting_for_a_worker(workers_seen: bool) -> str:
+    """`waiting for a worker`, and `(none seen)` when no pikku_worker has been seen lately."""
+    return WAITING_FOR_A_WORKER if workers_seen else f"{WAITING_FOR_A_WORKER} (none seen)"
 
 
 def kinds_carrying(field: str) -> str:

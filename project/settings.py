@@ -136,6 +136,9 @@ Q_CLUSTER = {
     # FIFO dequeue with SKIP LOCKED, one statement per claim (bench/queued.py measures it).
     "broker_class": os.environ.get("PIKKU_Q_BROKER", "pikku_workflows.broker.SkipLockedOrmBroker")
     or None,
+    # django-q2 logs every process it starts and every task it runs at INFO: the demo's terminal
+    # would scroll past what the engine says. Its warnings and errors still show.
+    "log_level": "WARNING",
 }
 
 # PIKKU_EXTRA_WORKFLOW_MODULES (comma-separated) lets test worker subprocesses load test workflows.

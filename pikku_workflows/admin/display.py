@@ -18,7 +18,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..step_keys import compensated_step_key, handled_step_key, suspend_reason
-from ..waiting import WaitingKind
+from ..waiting import WaitingKind, waiting_for_a_worker
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 ADMIN_JS = "pikku_workflows/admin.js"
@@ -153,12 +153,20 @@ def describe_waiting(
     now: datetime | None = None,
     *,
     since: datetime | None = None,
+    workers_seen: bool = True,
 ) -> SafeString | str:
     """The `waiting_on` of a run summary as a line of HTML: its kind, its step, and when or whom.
-    `since`: when the step it waits on started running, if it runs."""
+    `since`: when the step it waits on started running, if it runs; `workers_seen`: whether a
+    pikku_worker was seen lately (a run waiting for its pass says so when none was)."""
     if not waiting:
         return EMPTY
     kind = str(waiting.get("kind", ""))
+    if kind == WaitingKind.PASS:
+        return format_html(
+            '<span class="pikku-wait pikku-wait-{}">{}</span>',
+            kind,
+            waiting_for_a_worker(workers_seen),
+        )
     label = WAIT_LABELS.get(kind, kind)
     detail: SafeString | str = ""
     if kind in (WaitingKind.TIMER, WaitingKind.RETRY) and waiting.get("until"):

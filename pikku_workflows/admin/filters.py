@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
-from ..querysets import WAITING_KINDS, runs_with_step, waiting_on_q
+from ..querysets import WAITING_KINDS, RunLevel, runs_with_step, waiting_on_q
 from ..registry import registry
 from ..waiting import WaitingKind
 
@@ -145,17 +145,16 @@ class RunLevelFilter(admin.SimpleListFilter):
 
     title = "level"
     parameter_name = "level"
-    TOP, CHILDREN, ALL = "top", "children", "all"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(self.TOP, "Top-level runs"), (self.CHILDREN, "Child runs"), (self.ALL, "All runs")]
+        return list(RunLevel.choices)
 
     def __init__(self, request: HttpRequest, params: Any, model: Any, model_admin: Any) -> None:
         super().__init__(request, params, model, model_admin)
         self.searching = bool(request.GET.get("q"))
 
     def level(self) -> str:
-        return self.value() or (self.ALL if self.searching else self.TOP)
+        return self.value() or (RunLevel.ALL if self.searching else RunLevel.TOP)
 
     def choices(self, changelist: Any) -> Any:
         # No "All" entry removing the parameter: without it the default (top-level) applies.
@@ -168,8 +167,4 @@ class RunLevelFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         level = self.level()
-        if level == self.TOP:
-            return queryset.filter(parent_run__isnull=True)
-        if level == self.CHILDREN:
-            return queryset.filter(parent_run__isnull=False)
-        return None
+        return None if level == RunLevel.ALL else queryset.at_level(level)  # type: ignore[attr-defined]

@@ -49,12 +49,13 @@ def reverse_decide(site: admin.AdminSite, approval_id: Any) -> str:
 
 
 def render_decisions(decisions: list[WorkflowApprovalDecision]) -> SafeString | str:
-    """Every decision as a table: who, which way, when, their comment and data."""
+    """Every decision, one under the other: who, which way, when, then their comment and data
+    (a list, not a table: a narrow column keeps the data readable)."""
     if not decisions:
         return format_html('<p class="pikku-empty">{}</p>', "No decisions yet.")
-    rows = format_html_join(
+    items = format_html_join(
         "",
-        '<tr><td>{}</td><td>{}</td><td class="pikku-nowrap">{}</td><td>{}</td><td>{}</td></tr>',
+        '<li class="pikku-decision"><div class="pikku-decision-head">{} {} {}</div>{}{}</li>',
         (
             (
                 d.username,
@@ -62,24 +63,22 @@ def render_decisions(decisions: list[WorkflowApprovalDecision]) -> SafeString | 
                     "approved" if d.approve else "rejected", "Approved" if d.approve else "Rejected"
                 ),
                 format_moment(d.created_at),
-                d.comment or EMPTY,
-                pretty_json(d.data) if d.data else EMPTY,
+                format_html('<div class="pikku-decision-comment">{}</div>', d.comment)
+                if d.comment
+                else "",
+                pretty_json(d.data) if d.data else "",
             )
             for d in decisions
         ),
     )
-    return format_html(
-        '<table class="pikku-table pikku-decisions"><thead><tr><th>By</th><th>Decision</th>'
-        "<th>When</th><th>Comment</th><th>Data</th></tr></thead><tbody>{}</tbody></table>",
-        rows,
-    )
+    return format_html('<ul class="pikku-decisions">{}</ul>', items)
 
 
 def run_approvals_context(
     site: admin.AdminSite, request: HttpRequest, run: WorkflowRun
 ) -> dict[str, Any]:
-    """The run page's approvals (every attempt's, each with every decision) and how many
-    approvals wait for the current user, here and in all."""
+    """The run page's approvals (every attempt's, each with every decision) and how many of them
+    wait for the current user."""
     approvals = list(
         WorkflowApproval.objects.filter(run=run)
         .select_related("step", "decided_by")
@@ -107,7 +106,8 @@ def run_approvals_context(
     ]
     return {
         "approvals": rows,
-        "approvals_for_me": len(mine),
+        # This run's approvals I may decide now: none on a settled run (the inbox has the rest).
+        "approvals_for_me": sum(1 for approval in approvals if approval.pk in mine),
         "approvals_inbox_url": reverse(f"{site.name}:pikku_workflows_workflowapproval_changelist"),
     }
 

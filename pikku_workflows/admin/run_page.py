@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from ..engine.operations.control import FORK
+from ..engine.operations.reads import shown_step_status
 from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..status import RunStatus, StepKind, StepStatus
 from ..step_keys import is_engine_key
@@ -26,7 +27,8 @@ from .display import (
     status_badge,
 )
 from .run_approvals import run_approvals_context
-from .timeline import Lane, build_chart
+from .silent_workers import silent_attempts
+from .timeline import Lane, build_chart, lease_lapsed
 from .timeline_rows import chart_rows
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 # An action that ended the run is written a moment after the run's `finished_at`.
 MARK_SLACK = timedelta(seconds=1)
 ATTEMPT_TIMES = ("created", "scheduled", "running", "waiting", "succeeded", "failed")
+# Steps that are not tried again, and hold no work to fork from.
+UNTRIED_KINDS = frozenset({StepKind.SLEEP, StepKind.SUSPEND, StepKind.PATCH})
 
 
 def run_page_context(
@@ -44,6 +48,7 @@ def run_page_context(
     run's approvals with their decisions."""
     steps = list(
         WorkflowStep.objects.filter(run=run)
+        .with_clock()
         .order_by("created_at", "step_key")
         .prefetch_related(
             Prefetch("history", queryset=WorkflowStepHistory.objects.order_by("attempt"))
@@ -65,7 +70,6 @@ def run_page_context(
     return {
         "run_operations": operations,
         "steps": rows,
-        "fork_column": any(row["fork_url"] for row in rows),
         "attempt_history": [
             _attempt_row(step, attempt) for step in steps for attempt in step.history.all()
         ],
@@ -73,6 +77,7 @@ def run_page_context(
         "timeline_rows": timeline_rows,
         "timeline_gathers": any(not isinstance(row, Lane) for row in timeline_rows),
         "audit_trail": [_audit_row(site, entry) for entry in audit],
+        "silent_attempts": silent_attempts(steps),
         **run_approvals_context(site, request, run),
     }
 
@@ -81,7 +86,7 @@ def _timeline(run: WorkflowRun, steps: list[WorkflowStep], audit: list[WorkflowA
     end = run.finished_at or timezone.now()
     # Operator actions after the run ended (a fork of it days later) would squash the chart.
     marks = [_audit_mark(entry) for entry in audit if entry.created_at <= end + MARK_SLACK]
-    return build_chart(
+    chart = build_chart(
         run.created_at,
         end,
         [(step.step_key, list(step.history.all())) for step in steps],
@@ -89,6 +94,9 @@ def _timeline(run: WorkflowRun, steps: list[WorkflowStep], audit: list[WorkflowA
         live=not run.is_settled,
         timers={step.step_key for step in steps if step.kind == StepKind.SLEEP},
     )
+    for lane in chart.lanes:
+        lane.label = describe_step_key(lane.step_key)
+    return chart
 
 
 def _step_row(
@@ -103,32 +111,44 @@ def _step_row(
         "engine": engine,
         "function": step.function_name or step.get_kind_display(),
         "status": _step_status(run, step),
-        "attempt": f"{step.attempt} / {step.attempt_limit}",
+        # A sleep, a suspend or a patch marker is not tried again: attempts say nothing there.
+        "attempt": EMPTY
+        if step.kind in UNTRIED_KINDS
+        else f"{step.attempt} / {step.attempt_limit}",
         "duration": _duration(latest, live=not run.is_settled),
         "input": pretty_json(step.data) if step.data not in (None, {}) else EMPTY,
         "result": pretty_json(step.result) if step.status == StepStatus.SUCCEEDED else EMPTY,
         "error": pretty_error(step.error, omit=("step_key",)),
+        # One column for both: a step has a result or an error, never both.
+        "outcome": _outcome(step),
+        "child_run_id": step.child_run_id,
         "child": run_link(site, step.child_run_id) if step.child_run_id else EMPTY,
         "copied": step.copied,
         "gather": step.gather_key,
-        # A fork starts from a step the body names: the engine's own steps follow theirs.
-        "fork_url": f"{fork_url}?from_step={step.step_key}" if fork_url and not engine else None,
+        # A fork starts from a step that does work: the engine's own steps follow theirs, and
+        # a fork from a sleep or a marker would only wait or mark again.
+        "fork_url": f"{fork_url}?from_step={step.step_key}"
+        if fork_url and not engine and step.kind not in UNTRIED_KINDS
+        else None,
     }
 
 
+def _outcome(step: WorkflowStep) -> Any:
+    if step.status == StepStatus.SUCCEEDED:
+        return pretty_json(step.result)
+    return pretty_error(step.error, omit=("step_key",))
+
+
 def _step_status(run: WorkflowRun, step: WorkflowStep) -> Any:
-    """The step's badge; a timer or retry the cancel disarmed says "cancelled", not "scheduled"
-    or "failed" as if it were still due."""
+    """The step's badge, in the summary's words (`shown_step_status`: a timer or queued step
+    the cancel disarmed says "cancelled"); a retry the cancel disarmed says so beside "failed"."""
+    shown = shown_step_status(run, step)
     disarmed = run.status == RunStatus.CANCELLED and step.wake_at is None
-    if disarmed and step.status == StepStatus.SCHEDULED and step.kind == StepKind.SLEEP:
-        return status_badge("cancelled", "Cancelled")
     if disarmed and step.status == StepStatus.FAILED and step.attempt < step.attempt_limit:
         return format_html(
             "{} {}", status_badge(step.status), status_badge("cancelled", "retry cancelled")
         )
-    if disarmed and step.status in (StepStatus.PENDING, StepStatus.SCHEDULED):
-        return status_badge("cancelled", "Cancelled")
-    return status_badge(step.status, step.get_status_display())
+    return status_badge(shown, shown.capitalize())
 
 
 def _duration(attempt: WorkflowStepHistory | None, *, live: bool = False) -> str:
@@ -143,11 +163,15 @@ def _duration(attempt: WorkflowStepHistory | None, *, live: bool = False) -> str
 
 
 def _attempt_row(step: WorkflowStep, attempt: WorkflowStepHistory) -> dict[str, Any]:
+    status = status_badge(attempt.status, attempt.get_status_display())
+    if lease_lapsed(attempt.error):
+        status = status_badge("lapsed", "lease lapsed")
     return {
         "step_key": step.step_key,
         "attempt": attempt.attempt,
-        "status": status_badge(attempt.status, attempt.get_status_display()),
+        "status": status,
         "dispatch": attempt.get_dispatch_display() if attempt.dispatch else EMPTY,
+        "worker": attempt.worker or EMPTY,
         "times": [(name, getattr(attempt, f"{name}_at")) for name in ATTEMPT_TIMES],
         "error": pretty_error(attempt.error, omit=("step_key",)),
     }

@@ -106,6 +106,8 @@ RUN_ENGINE_FIELDS = (
     "wake_at",
     "updated_at",
 )
+# The request attribute the run list's banner leaves for its rows: was a pikku_worker seen?
+WORKERS_SEEN = "pikku_workers_seen"
 # A failed run's error in the list, cut to this many characters (the whole of it as a tooltip).
 LIST_ERROR_CHARS = 80
 # Codes of the reasons an operator or the body gave, shown without a code.
@@ -136,6 +138,14 @@ class WorkflowRunChangeList(ChangeList):
                 Prefetch("steps", unfinished_steps(), to_attr="unfinished_steps"), "subject"
             )
         )
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # Whether a pikku_worker was seen lately, as the page's banner found (a run waiting for
+        # its pass says "none seen" when not).
+        seen = getattr(request, WORKERS_SEEN, True)
+        for run in self.result_list:
+            run.workers_seen = seen
 
     @cached_property
     def status_summary(self) -> dict[str, Any]:
@@ -175,17 +185,8 @@ class WorkflowRunChangeList(ChangeList):
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
-    list_display = (
-        "short_id",
-        "run_status",
-        "workflow",
-        "subject_column",
-        "progress",
-        "started",
-        "duration",
-        "waiting",
-        "last_error",
-    )
+    # Five columns, two lines in some, so that all of them fit a laptop beside the filters.
+    list_display = ("short_id", "status_column", "workflow_column", "started", "now_column")
     list_filter = (
         RunLevelFilter,
         "status",
@@ -258,8 +259,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        warning = worker_warning()
+        setattr(request, WORKERS_SEEN, warning is None)
         context = {
-            "pikku_worker_warning": worker_warning(),
+            "pikku_worker_warning": warning,
             "pikku_auto_refresh": True,
             "pikku_start_url": self.start_url() if self.has_start_permission(request) else None,
             **(extra_context or {}),
@@ -287,7 +290,9 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         if obj is not None:
             context.update(run_page_context(self, request, obj))
             if not obj.is_settled:
-                context.update(pikku_worker_warning=worker_warning(), pikku_auto_refresh=True)
+                warning = worker_warning()
+                obj.workers_seen = warning is None  # type: ignore[attr-defined]
+                context.update(pikku_worker_warning=warning, pikku_auto_refresh=True)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def waiting_on(self, run: WorkflowRun) -> dict[str, Any] | None:
@@ -325,7 +330,12 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     @admin.display(description="waiting on")
     def waiting(self, run: WorkflowRun) -> SafeString | str:
         waiting = self.waiting_on(run)
-        return describe_waiting(self.admin_site, waiting, since=self._running_since(run, waiting))
+        return describe_waiting(
+            self.admin_site,
+            waiting,
+            since=self._running_since(run, waiting),
+            workers_seen=getattr(run, "workers_seen", True),
+        )
 
     def _running_since(self, run: WorkflowRun, waiting: dict[str, Any] | None) -> Any:
         """When the step the run waits on was claimed (its last write before the lease renewals,
@@ -339,6 +349,34 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         key = waiting.get("step_key")
         step = next((s for s in self._unfinished_steps(run) if s.step_key == key), None)
         return step.updated_at if step is not None and step.status == StepStatus.RUNNING else None
+
+    @admin.display(description="status", ordering="status")
+    def status_column(self, run: WorkflowRun) -> SafeString:
+        """The status, its progress below."""
+        return format_html(
+            '{}<div class="pikku-quiet pikku-progress">{}</div>',
+            self.run_status(run),
+            self.progress(run),
+        )
+
+    @admin.display(description="workflow", ordering="workflow")
+    def workflow_column(self, run: WorkflowRun) -> SafeString:
+        """The workflow, the subject the run is about below."""
+        subject = self.subject_link(run) if run.subject_type_id else ""
+        return format_html(
+            "{}{}",
+            run.workflow,
+            format_html('<div class="pikku-quiet pikku-subject">{}</div>', subject)
+            if subject
+            else "",
+        )
+
+    @admin.display(description="waiting on / error")
+    def now_column(self, run: WorkflowRun) -> SafeString | str:
+        """What a live run waits on, or what a failed run failed with."""
+        if run.status == RunStatus.FAILED:
+            return self.last_error(run)
+        return self.waiting(run)
 
     @admin.display(description="last error")
     def last_error(self, run: WorkflowRun) -> SafeString | str:
@@ -359,17 +397,33 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         return self.subject_link(run)
 
     @admin.display(description="progress")
-    def progress(self, run: WorkflowRun) -> str:
+    def progress(self, run: WorkflowRun) -> SafeString | str:
+        """Steps done of those planned; a completed run whose body did without some planned
+        steps reads as done ("5 / 5"), saying so in words."""
         done = getattr(run, "steps_succeeded", None)
         if done is None:
             return EMPTY
-        if run.planned_steps:
-            return f"{done} / {len(run.planned_steps)}"
-        return f"{done} done"
+        if not run.planned_steps:
+            return f"{done} done"
+        skipped = len(run.planned_steps) - done
+        if run.status == RunStatus.COMPLETED and skipped > 0:
+            return format_html(
+                '{} / {} <span class="pikku-quiet" title="{}">({} skipped)</span>',
+                done,
+                done,
+                "Planned steps the body did not need on this run",
+                skipped,
+            )
+        return f"{done} / {len(run.planned_steps)}"
 
     @admin.display(description="started", ordering="created_at")
     def started(self, run: WorkflowRun) -> SafeString:
-        return format_moment(run.created_at)
+        """When, and how long it took (or has taken so far) below."""
+        return format_html(
+            '{}<div class="pikku-quiet pikku-duration">{}</div>',
+            format_moment(run.created_at),
+            self.duration(run),
+        )
 
     @admin.display(description="started")
     def started_at(self, run: WorkflowRun) -> SafeString:

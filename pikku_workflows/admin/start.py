@@ -22,6 +22,7 @@ from django.utils.html import format_html
 
 import pikku_workflows as pw
 
+from ..models import WorkflowVersion
 from ..registry import registry
 from ..serialization import NestedTooDeeply, loads_json
 from .display import run_change_url, run_link
@@ -150,7 +151,7 @@ class StartRunAdmin(admin.ModelAdmin):
         workflows = [
             {
                 "name": name,
-                "kind": definition.kind,
+                "kind": WorkflowVersion.Kind(definition.kind).label,
                 "planned_steps": definition.planned_steps or [],
             }
             for name, definition in sorted(registry.workflows.items())

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
+from ..exceptions import StepLeaseExpired
 from ..status import HISTORY_TIMESTAMP, StepStatus
 from .display import format_duration
 
@@ -43,6 +44,13 @@ OUTCOMES = (
     (HISTORY_TIMESTAMP[StepStatus.FAILED], "failed"),
 )
 
+OUTCOME_WORDS = {"lapsed": "lease lapsed (its worker went silent)", "live": "still going"}
+
+
+def lease_lapsed(error: Any) -> bool:
+    """Whether an attempt's error says its lease lapsed (its worker went silent)."""
+    return isinstance(error, dict) and error.get("code") == StepLeaseExpired.code
+
 
 class Attempt(Protocol):
     """What the chart reads of one attempt (a `WorkflowStepHistory` row)."""
@@ -54,12 +62,13 @@ class Attempt(Protocol):
     waiting_at: datetime | None
     succeeded_at: datetime | None
     failed_at: datetime | None
+    error: Any
 
 
 @dataclass
 class Bar:
     phase: str  # queued | running | waiting | between (attempts: a backoff or a failed run)
-    outcome: str  # succeeded | failed | live | "" (not the attempt's last phase)
+    outcome: str  # succeeded | failed | lapsed | live | "" (not the attempt's last phase)
     left: str  # percentages, formatted for CSS whatever the locale
     width: str
     title: str
@@ -69,6 +78,7 @@ class Bar:
 class Lane:
     step_key: str
     bars: list[Bar] = field(default_factory=list)
+    label: Any = ""  # how the page names the step (the engine's own keys in words)
 
 
 @dataclass
@@ -275,6 +285,8 @@ def _attempt_phases(
         ((label, moment) for name, label in OUTCOMES if (moment := getattr(attempt, name))),
         ("live" if live else "", None),
     )
+    if outcome == "failed" and lease_lapsed(attempt.error):
+        outcome = "lapsed"  # its worker went silent: the attempt ends where its lease lapsed
     stop = finished or max(end, phases[-1][0])
     segments = []
     for index, (begin, phase) in enumerate(phases):
@@ -295,7 +307,7 @@ def _bars(
             f"{_clock(begin)} → {_clock(until)} ({format_duration(until - begin)})"
         )
         if outcome:
-            title += f" · {outcome}"
+            title += f" · {OUTCOME_WORDS.get(outcome, outcome)}"
         bars.append(scale.bar(begin, until, phase=phase, outcome=outcome, title=title))
     return bars
 

@@ -7,14 +7,21 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import WorkflowWorker
-from ..worker_registration import SILENT_AFTER_SECONDS, last_seen, timer_loop_seen
-from .display import ADMIN_CSS, format_moment
+from ..worker_registration import (
+    MISSED_HEARTBEATS,
+    SILENT_AFTER_SECONDS,
+    last_seen,
+    timer_loop_seen,
+    with_silence,
+    worker_silent_after,
+)
+from .display import ADMIN_CSS, format_duration, format_moment
 from .records import ReadOnlyAdminMixin
 
 
@@ -39,11 +46,20 @@ class WorkflowWorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         context = {**(extra_context or {}), "pikku_worker_warning": worker_warning()}
         return super().changelist_view(request, context)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowWorker]:
+        return with_silence(super().get_queryset(request))
+
     @admin.display(description="state")
     def state(self, worker: WorkflowWorker) -> SafeString:
-        silent = timezone.now() - worker.last_seen_at > timedelta(seconds=SILENT_AFTER_SECONDS)
-        kind, label = ("silent", "not seen") if silent else ("live", "live")
-        return format_html('<span class="pikku-badge pikku-worker-{}">{}</span>', kind, label)
+        """ "not seen" once it missed MISSED_HEARTBEATS heartbeats (on the database clock)."""
+        if getattr(worker, "silent", False):
+            return format_html(
+                '<span class="pikku-badge pikku-worker-silent" title="{}">not seen</span>',
+                f"{MISSED_HEARTBEATS} heartbeats missed in a row "
+                f"({format_duration(timedelta(seconds=worker_silent_after()))}): killed, hung or "
+                "cut off from the database; the steps it ran run again once their leases lapse.",
+            )
+        return format_html('<span class="pikku-badge pikku-worker-{}">{}</span>', "live", "live")
 
     @admin.display(description="last heartbeat", ordering="last_seen_at")
     def seen(self, worker: WorkflowWorker) -> SafeString:

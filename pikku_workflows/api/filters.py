@@ -24,6 +24,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from ..models import WorkflowApproval, WorkflowRun
+from ..querysets import RunLevel
 from ..status import ApprovalStatus, RunStatus
 from ..waiting import WaitingKind
 from .engine_internals import decidable_by
@@ -157,6 +158,12 @@ class RunFilterSet(django_filters.FilterSet):
     started_by = django_filters.CharFilter(
         method="filter_started_by", max_length=MAX_TEXT, help_text="The starter's username."
     )
+    level = django_filters.ChoiceFilter(
+        choices=RunLevel.choices,
+        method="filter_level",
+        help_text="top: top-level runs (the list's default, unless `id`, `parent_run`, "
+        "`has_parent` or `q` names runs), children: child runs, all: both.",
+    )
     parent_run = django_filters.UUIDFilter(field_name="parent_run_id")
     has_parent = StrictBooleanFilter(field_name="parent_run", lookup_expr="isnull", exclude=True)
     subject_type = extend_schema_field(OpenApiTypes.STR)(
@@ -180,6 +187,9 @@ class RunFilterSet(django_filters.FilterSet):
         username = get_user_model().USERNAME_FIELD
         return queryset.filter(**{f"started_by__{username}": value})
 
+    def filter_level(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.at_level(value)  # type: ignore[attr-defined]
+
     def filter_waiting_on(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.waiting_on(value)  # type: ignore[attr-defined]
 
@@ -188,6 +198,23 @@ class RunFilterSet(django_filters.FilterSet):
 
     def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.matching(value)  # type: ignore[attr-defined]
+
+
+class RunListFilterSet(RunFilterSet):
+    """The run list's (and its counts') filters: top-level runs unless `level` says otherwise,
+    like the admin's list, or a filter names runs itself (their children among them). A bulk
+    operation's filters (`RunFilterSet`) take every level unless told."""
+
+    NAMING_RUNS = ("id", "parent_run", "has_parent", "q")
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)
+        given = self.form.cleaned_data
+        if given.get("level") or any(
+            given.get(name) not in (None, "", []) for name in self.NAMING_RUNS
+        ):
+            return queryset
+        return queryset.at_level(RunLevel.TOP)  # type: ignore[attr-defined]
 
 
 # Filters a bulk operation takes in its body (`ordering` orders nothing there).

@@ -9,10 +9,11 @@ from typing import Any
 from rest_framework import serializers
 
 from ..approvals.policy import ApprovalPolicy, OnExpire
-from ..status import ApprovalStatus, Compensation, RunStatus, StepStatus
+from ..querysets import RunLevel
+from ..status import ApprovalStatus, Compensation, RunStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 from ..waiting import WaitingKind, kinds_carrying
-from .engine_internals import OPERATION_RULES
+from .engine_internals import OPERATION_RULES, SHOWN_STEP_STATUSES
 
 MAX_REASON = REASON_MAX_LENGTH
 MAX_KEY = KEY_MAX_LENGTH
@@ -125,6 +126,11 @@ class BulkSerializer(BulkOptionsSerializer):
     finished_after = serializers.DateTimeField(required=False)
     finished_before = serializers.DateTimeField(required=False)
     started_by = serializers.CharField(required=False, max_length=MAX_KEY)
+    level = serializers.ChoiceField(
+        choices=RunLevel.values,
+        required=False,
+        help_text="top, children or all (a bulk operation takes every level unless told).",
+    )
     parent_run = serializers.UUIDField(required=False)
     has_parent = serializers.BooleanField(required=False)
     subject_type = serializers.CharField(required=False, max_length=MAX_KEY)
@@ -184,7 +190,10 @@ class SignalSerializer(serializers.Serializer):
 
 class StepSummarySerializer(serializers.Serializer):
     key = serializers.CharField()
-    status = serializers.ChoiceField(choices=StepStatus.choices)
+    status = serializers.ChoiceField(
+        choices=SHOWN_STEP_STATUSES,
+        help_text="As recorded; `cancelled`: a pending or scheduled step of a cancelled run.",
+    )
     attempts = serializers.IntegerField()
     duration_ms = serializers.IntegerField(allow_null=True)
     function = serializers.CharField(allow_null=True)

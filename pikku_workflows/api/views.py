@@ -44,7 +44,7 @@ from .events import (
     async_stream,
     sync_stream,
 )
-from .filters import BULK_FILTERS, RunFilterSet, filters_from_body
+from .filters import BULK_FILTERS, RunFilterSet, RunListFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
 from .permissions import RunPermission, idempotency_scope, visible_run_id, visible_runs
@@ -259,7 +259,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     lookup_value_regex = "[^/]+"
     permissions_per_run = True
     filter_backends = (DjangoFilterBackend,)
-    filterset_class = RunFilterSet
+    filterset_class = RunListFilterSet
     pagination_class = RunCursorPagination
 
     @classmethod

@@ -9,15 +9,17 @@ from django.contrib import admin
 from pikku_workflows.admin import WorkflowRunInline
 
 from .models import Order
+from .scenarios import order_input
 
 
 class OrderRunsInline(WorkflowRunInline):
-    """The order's runs; "Start order_fulfilment" offers a run about the order, input prefilled."""
+    """The order's runs; "Start order_fulfilment" offers a run about the order, its input
+    prefilled with the order's demo scenario (the slow order's charge is slow again)."""
 
     start_workflows = ("order_fulfilment",)
 
     def start_input(self, obj: Order, workflow: str) -> Any:
-        return {"order_id": obj.pk, "items": ["book"], "amount": float(obj.amount)}
+        return order_input(obj)
 
 
 @admin.register(Order)

@@ -28,7 +28,7 @@ def release_stock(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
     return {"released": data["items"]}
 
 
-@pw.step_function("shop.charge_card", inline=False, timeout="2m")
+@pw.step_function("shop.charge_card", inline=False, timeout="4m")
 def charge_card(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
     # Demo knobs: fail the first `declines` attempts; work `work_seconds` (time to kill a worker).
     time.sleep(data.get("work_seconds", 0))

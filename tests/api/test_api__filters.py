@@ -60,8 +60,17 @@ def names(runs: dict[str, WorkflowRun], *chosen: str) -> set[str]:
     return {str(runs[name].pk) for name in chosen}
 
 
-def test_filter__no_filter_lists_every_run(operator_api, runs):
-    assert ids(operator_api.get(API + "runs/")) == names(runs, *runs)
+def test_filter__no_filter_lists_every_top_level_run_like_the_admin(operator_api, runs):
+    top_level = names(runs, *runs) - names(runs, "invoice")
+    assert ids(operator_api.get(API + "runs/")) == top_level
+    assert ids(operator_api.get(API + "runs/?level=top")) == top_level
+    assert ids(operator_api.get(API + "runs/?level=children")) == names(runs, "invoice")
+    assert ids(operator_api.get(API + "runs/?level=all")) == names(runs, *runs)
+    assert operator_api.get(API + "runs/counts/").json()["total"] == len(top_level)
+    # A filter that names runs finds them at any level (a child's id must be findable).
+    invoice = str(runs["invoice"].pk)
+    assert ids(operator_api.get(API + f"runs/?id={invoice}")) == {invoice}
+    assert ids(operator_api.get(API + f"runs/?q={invoice[:8]}")) == {invoice}
 
 
 @pytest.mark.parametrize(
@@ -78,8 +87,10 @@ def test_filter__status_repeated_or_comma_separated_is_an_or(operator_api, runs,
 
 
 def test_filter__workflow_repeated_or_comma_separated(operator_api, runs):
-    both = ids(operator_api.get(API + "runs/?workflow=admin_tests.invoice,nope"))
-    repeated = ids(operator_api.get(API + "runs/?workflow=admin_tests.invoice&workflow=x"))
+    both = ids(operator_api.get(API + "runs/?workflow=admin_tests.invoice,nope&level=all"))
+    repeated = ids(
+        operator_api.get(API + "runs/?workflow=admin_tests.invoice&workflow=x&level=all")
+    )
 
     assert both == repeated == names(runs, "invoice")
 
@@ -96,8 +107,8 @@ def test_filter__started_window_is_half_open(operator_api, runs):
     WorkflowRun.objects.filter(pk=runs["timer"].pk).update(created_at=now - timedelta(days=1))
     day_ago = (now - timedelta(days=1)).isoformat()
 
-    before = ids(operator_api.get(API + "runs/", {"started_before": day_ago}))
-    after = ids(operator_api.get(API + "runs/", {"started_after": day_ago}))
+    before = ids(operator_api.get(API + "runs/", {"started_before": day_ago, "level": "all"}))
+    after = ids(operator_api.get(API + "runs/", {"started_after": day_ago, "level": "all"}))
 
     assert before == names(runs, "failed")
     assert names(runs, "timer") <= after
@@ -121,7 +132,9 @@ def test_filter__finished_window(operator_api, runs):
 def test_filter__naive_datetimes_are_in_the_current_time_zone(operator_api, runs):
     future = (timezone.now() + timedelta(hours=1)).replace(tzinfo=None).isoformat()
 
-    assert ids(operator_api.get(API + "runs/", {"started_before": future})) == names(runs, *runs)
+    assert ids(
+        operator_api.get(API + "runs/", {"started_before": future, "level": "all"})
+    ) == names(runs, *runs)
 
 
 def test_filter__started_by_username(operator_api, runs):
@@ -161,7 +174,8 @@ def test_filter__subject(operator_api, runs):
     ],
 )
 def test_filter__waiting_on_matches_the_admin_filter(operator_api, runs, kind, expected):
-    assert ids(operator_api.get(API + f"runs/?waiting_on={kind}")) == names(runs, *expected)
+    query = f"runs/?waiting_on={kind}&level=all"
+    assert ids(operator_api.get(API + query)) == names(runs, *expected)
 
 
 def test_filter__waiting_on_matches_the_summaries(operator_api, runs):
@@ -172,14 +186,14 @@ def test_filter__waiting_on_matches_the_summaries(operator_api, runs):
 
 def test_filter__awaiting_approval_matches_no_run_until_approvals_exist(operator_api, runs):
     assert ids(operator_api.get(API + "runs/?awaiting_approval=true")) == set()
-    assert ids(operator_api.get(API + "runs/?awaiting_approval=0")) == names(runs, *runs)
+    assert ids(operator_api.get(API + "runs/?awaiting_approval=0&level=all")) == names(runs, *runs)
 
 
 def test_filter__q_is_an_id_prefix_or_a_workflow_name(operator_api, runs):
     prefix = str(runs["timer"].pk)[:8]
 
     assert str(runs["timer"].pk) in ids(operator_api.get(API + f"runs/?q={prefix}"))
-    assert ids(operator_api.get(API + "runs/?q=INVOICE")) == names(runs, "invoice")
+    assert ids(operator_api.get(API + "runs/?q=INVOICE")) == names(runs, "invoice")  # a child
 
 
 @pytest.mark.parametrize(
@@ -211,9 +225,9 @@ def test_filter__malformed_value_is_invalid_input_naming_the_filter(
 
 
 def test_counts__total_and_groups_with_the_same_filters(operator_api, runs):
-    by_status = operator_api.get(API + "runs/counts/?group_by=status")
-    both = operator_api.get(API + "runs/counts/?group_by=status,workflow&status=running")
-    total = operator_api.get(API + "runs/counts/?workflow=admin_tests.invoice")
+    by_status = operator_api.get(API + "runs/counts/?group_by=status&level=all")
+    both = operator_api.get(API + "runs/counts/?group_by=status,workflow&status=running&level=all")
+    total = operator_api.get(API + "runs/counts/?workflow=admin_tests.invoice&level=all")
 
     assert by_status.json()["total"] == len(runs)
     assert {g["status"]: g["count"] for g in by_status.json()["groups"]} == {

@@ -48,7 +48,7 @@ def test_signal__to_a_waiting_run_is_accepted_with_its_summary_and_the_run_goes_
     assert response.status_code == 202
     summary = response.json()
     assert (summary["id"], summary["status"]) == (str(waiting.pk), "running")
-    assert summary["waiting_on"] is None  # the wait has its payload; the pass is queued
+    assert summary["waiting_on"] == {"kind": "pass"}  # the wait has its payload; a pass is queued
     run = load_run(waiting.pk)
     assert run.status == RunStatus.COMPLETED
     assert run.output["signal"] == {"amount": 12}

@@ -200,7 +200,7 @@ def test_record_outcome__racing_stale_and_current_writes_only_current_lands(body
     assert stored.result == {"from": "current", "writer": winners[0]}
     rows = history(current)
     assert [(attempt, status) for attempt, status, _ in rows] == [
-        (1, StepStatus.RUNNING),  # the stale attempt never recorded an outcome
+        (1, StepStatus.FAILED),  # the stale attempt's outcome never landed: its lease lapsed
         (2, StepStatus.SUCCEEDED),
     ]
     assert rows[0][2] is None
@@ -245,7 +245,7 @@ def test_execute_step__a_stale_worker_finishing_late_loses_quietly(body_log):
     step = WorkflowStep.objects.get(run_id=run_id, step_key="other")
     assert (step.status, step.attempt, step.result) == (StepStatus.SUCCEEDED, 2, {"attempt": 2})
     assert [(attempt, status) for attempt, status, _ in history(step)] == [
-        (1, StepStatus.RUNNING),
+        (1, StepStatus.FAILED),  # ended when attempt 2 took over its lapsed lease
         (2, StepStatus.SUCCEEDED),
     ]
     drain_queue()

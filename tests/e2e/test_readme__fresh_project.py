@@ -1,7 +1,13 @@
-"""The README, followed as a newcomer would: its code blocks are extracted into a fresh
-`django-admin startproject` (on its default SQLite database), its commands are run, a real
-`pikku_worker` completes the example workflow, the README's own tests pass with
-`manage.py test`, and the admin shows the run. The README cannot rot.
+"""The README, followed as a newcomer would: its code blocks (and those of the HTTP API page it
+sends them to) are extracted into a fresh `django-admin startproject` (on its default SQLite
+database), its commands are run, a real `pikku_worker` completes the example workflow, the
+README's own tests pass with `manage.py test`, and the admin and the HTTP API show the run. The
+README cannot rot.
+
+With README_INSTALLED_PYTHON (the python of a virtualenv where the package is installed), the
+commands run with that virtualenv, not this checkout: CI builds the sdist and the wheel, installs
+the wheel into a fresh virtualenv and points this at it, so a wheel missing its templates,
+static files or `.sql` statements fails.
 
 Blocks are found by the marker on their first line, wherever the README puts them:
 
@@ -12,7 +18,8 @@ Blocks are found by the marker on their first line, wherever the README puts the
 
 In command lines a trailing `# comment` is dropped, `&&` chains and `cd` are followed, a line
 ending in `&` starts in the background (the worker; stopped at the end); `pip install` (the
-package is installed here already) and the interactive `createsuperuser` are skipped.
+package is installed already: this checkout, or README_INSTALLED_PYTHON's virtualenv) and the
+interactive `createsuperuser` are skipped.
 """
 
 from __future__ import annotations
@@ -32,9 +39,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# A dozen Django processes start one after the other: minutes on a loaded machine, not 120 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+README = REPO_ROOT / "README.md"
+# The page the README sends a newcomer to for the HTTP API: its marked blocks are followed too.
+HTTP_API_PAGE = REPO_ROOT / "docs" / "http-api.md"
+INSTALLED_PYTHON = os.environ.get("README_INSTALLED_PYTHON")
 COMMAND_TIMEOUT = 120
 RUN_TIMEOUT = 60
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>\w*)\s*$")
@@ -70,9 +82,13 @@ def clean_environment(root: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("PIKKU_", "DJANGO_", "DATABASE_URL", "SQLITE_PATH", "Q_CLUSTER"))
+        if not key.startswith(
+            ("PIKKU_", "DJANGO_", "DATABASE_URL", "SQLITE_PATH", "Q_CLUSTER", "PYTHONPATH")
+        )
+        and key not in ("VIRTUAL_ENV", "README_INSTALLED_PYTHON")
     }
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    python = Path(INSTALLED_PYTHON or sys.executable)
+    env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     env["HOME"] = str(root)
     return env
@@ -98,7 +114,7 @@ class Shell:
             if command.startswith("cd "):
                 cwd = cwd / command[3:].strip()
             elif command.startswith("pip install"):
-                assert "pikku-workflows" in command
+                assert "pikku_workflows" in command  # the wheel: installed already
             elif "createsuperuser" in command:
                 continue  # interactive; the admin check below logs in by itself
             elif command.endswith("&"):
@@ -187,12 +203,34 @@ for url in ("/admin/", "/admin/pikku_workflows/workflowrun/",
     assert response.status_code == 200, (url, response.status_code)
 page = client.get(f"/admin/pikku_workflows/workflowrun/{run.pk}/change/", HTTP_HOST="localhost")
 assert "Completed" in page.content.decode()
+# The HTTP API the docs page added lists the run; its Swagger UI is served.
+listed = client.get("/api/workflows/runs/", HTTP_HOST="localhost")
+assert listed.status_code == 200 and str(run.pk) in listed.content.decode(), listed.content
+swagger = client.get("/api/workflows/schema/swagger/", HTTP_HOST="localhost")
+assert swagger.status_code == 200, swagger.status_code
+# The static files the admin pages link to are where staticfiles finds them.
+from django.contrib.staticfiles import finders
+for asset in ("admin.css", "admin.js", "approvals.css"):
+    assert finders.find(f"pikku_workflows/{asset}"), asset
 print("admin ok")
 """
 
+WHERE_IMPORTED = "import pikku_workflows; print(pikku_workflows.__file__)"
+PACKAGE_DATA = ("*.sql", "*.html", "*.css", "*.js", "py.typed")
+
+
+def missing_package_data(installed: Path) -> list[str]:
+    """The checkout's package data files (statements, templates, static files) the installed
+    package lacks."""
+    source = REPO_ROOT / "pikku_workflows"
+    shipped = [path for pattern in PACKAGE_DATA for path in source.rglob(pattern)]
+    return sorted(
+        str(rel) for path in shipped if not (installed / (rel := path.relative_to(source))).exists()
+    )
+
 
 def test_readme__a_fresh_startproject_follows_it_to_a_completed_run(shell: Shell):
-    blocks = readme_blocks(README.read_text())
+    blocks = readme_blocks(README.read_text()) + readme_blocks(HTTP_API_PAGE.read_text())
     setup = [b for b in blocks if b.lang == "bash" and b.first == "# in a new directory"]
     files = [b for b in blocks if b.first.startswith(("# file:", "# append to:"))]
     in_project = [b for b in blocks if b.lang == "bash" and re.fullmatch(r"# in \S+/", b.first)]
@@ -203,6 +241,14 @@ def test_readme__a_fresh_startproject_follows_it_to_a_completed_run(shell: Shell
         cwd = shell.run_block(block, cwd)
     project = cwd
     assert (project / "manage.py").exists() and (project / "shop").is_dir()
+    if INSTALLED_PYTHON:
+        # The package comes from that virtualenv, not from this checkout.
+        imported = Path(shell.check(f"python -c {shlex.quote(WHERE_IMPORTED)}", project).strip())
+        assert imported.is_relative_to(Path(INSTALLED_PYTHON).parent.parent), imported
+        assert not imported.is_relative_to(REPO_ROOT), imported
+        # Every file the package needs beside its modules came with it (a `.sql` statement is
+        # read only on PostgreSQL: this SQLite project would not notice one missing).
+        assert missing_package_data(imported.parent) == []
     for block in files:
         marker, _, path = block.first.partition(":")
         target = project / path.strip()

@@ -1,6 +1,8 @@
 """SIGKILL of a worker's main process during slow queued steps (a workflow's, and a fan-out
 graph's two branches): none of its processes survive (an orphan would keep renewing the lease),
-and a new worker finishes the run with attempt 2 and re-runs each branch, the join firing once;
+the worker looks dead (not seen after 3 missed heartbeats), and a new worker finishes the run
+with attempt 2 (the killed attempt ends "lease lapsed", naming its worker; the takeover is
+logged) and re-runs each branch, the join firing once;
 SIGTERM to the worker's process group hands the running step's lease back."""
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,10 +19,11 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowWorker
 from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.worker_registration import with_silence
 from tests.conftest import wait_until
-from tests.e2e.conftest import alive, descendants
+from tests.e2e.conftest import WORKER_SETTINGS, alive, descendants
 
 pytestmark = [
     pytest.mark.e2e,
@@ -35,13 +39,22 @@ def attempts_logged(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def silent_workers() -> list[str]:
+    silent = with_silence(WorkflowWorker.objects.all()).filter(silent=True)
+    return [f"{host}:{pid}" for host, pid in silent.values_list("host", "pid")]
+
+
 def ended(run_id: str) -> WorkflowRun | None:
     return WorkflowRun.objects.exclude(status=RunStatus.RUNNING).filter(pk=run_id).first()
 
 
 def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
-    start_worker, tmp_path
+    start_worker, tmp_path, monkeypatch
 ):
+    # This process judges the workers' heartbeats at the workers' own cadence.
+    monkeypatch.setenv(
+        "PIKKU_WORKER_HEARTBEAT_SECONDS", WORKER_SETTINGS["PIKKU_WORKER_HEARTBEAT_SECONDS"]
+    )
     # One kill, two runs in flight: a workflow's slow step, and a fan-out graph's two slow
     # branches, all three running at once on the worker's three processes.
     log, graph_log = tmp_path / "attempts.jsonl", tmp_path / "graph-attempts.jsonl"
@@ -74,7 +87,10 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)  # nobody recorded anything
 
-    start_worker(("--workers", "3"))
+    # The killed worker looks dead: its row is "not seen" once 3 heartbeats (0.3 s) are missed.
+    killed = f"{socket.gethostname()}:{first.pid}"
+    wait_until(lambda: silent_workers() == [killed], 5, "the killed worker to look silent")
+    second = start_worker(("--workers", "3"))
     run = wait_until(lambda: ended(run_id), 40, "the new worker to finish the run")
     graph = wait_until(lambda: ended(graph_id), 40, "the new worker to finish the graph")
 
@@ -83,11 +99,19 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     assert (step.status, step.attempt, step.result) == (StepStatus.SUCCEEDED, 2, {"attempt": 2})
     history = WorkflowStepHistory.objects.filter(step=step).order_by("attempt")
     assert list(history.values_list("attempt", "status", "result")) == [
-        (1, StepStatus.RUNNING, None),  # the killed attempt never recorded an outcome
+        (1, StepStatus.FAILED, None),  # the killed attempt: ended where its lease lapsed
         (2, StepStatus.SUCCEEDED, {"attempt": 2}),
     ]
     assert [entry["attempt"] for entry in attempts_logged(log)] == [1, 2]
     assert attempts_logged(log)[1]["pid"] not in tree
+    # The killed attempt ended "lease lapsed", naming its worker; one log line for the takeover.
+    lapsed, taken_over = history.values_list("worker", "error")
+    assert (lapsed[0], lapsed[1]["code"]) == (killed, "STEP_LEASE_EXPIRED")
+    assert taken_over[0] == f"{socket.gethostname()}:{second.pid}"
+    assert (
+        f"run {run_id} step slow: attempt 1's lease lapsed (worker {killed} went silent); "
+        "attempt 2 takes over" in second.log()
+    )
 
     # The graph re-ran each branch (attempt 2) and its join fired once, on its rows alone.
     assert (graph.status, graph.error) == (RunStatus.COMPLETED, None)
@@ -95,7 +119,7 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     for branch in ("left", "right"):
         history = WorkflowStepHistory.objects.filter(step__run_id=graph_id, step__step_key=branch)
         assert list(history.order_by("attempt").values_list("attempt", "status")) == [
-            (1, StepStatus.RUNNING),  # the killed attempt never recorded an outcome
+            (1, StepStatus.FAILED),  # the killed attempt: ended where its lease lapsed
             (2, StepStatus.SUCCEEDED),
         ]
     join = WorkflowStepHistory.objects.filter(step__run_id=graph_id, step__step_key="join")

@@ -291,7 +291,9 @@ def test_run_page__lists_its_approvals_with_every_decision_and_my_pending_count(
     assert row["approval"].status == ApprovalStatus.APPROVED
     assert "manager" in row["decisions"] and "Approved" in row["decisions"]
     assert 'id="approvals"' in done.content.decode()
-    assert "1 approval waits for your decision" in text_of(waiting)
+    assert "1 approval of this run waits for your decision" in text_of(waiting)
+    # A settled run's page does not count the inbox's other approvals.
+    assert "waits for your decision" not in text_of(done)
     (pending,) = waiting.context["approvals"]
     assert pending["decide_url"] == decide_url(gated["approvals"]["mine"])
     assert pending["deciders"] == "May decide: manager"

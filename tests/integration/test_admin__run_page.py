@@ -5,15 +5,17 @@ external assets."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html import unescape
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowRun, WorkflowWorker
 from tests.admin_support import change_url
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory, WorkflowStepHistoryFactory
 from tests.shop import Shop
@@ -183,3 +185,77 @@ def test_run_page__query_count_does_not_grow_with_steps_or_audit_entries(admin_c
         return len(queries)
 
     assert count_queries(run_with(1)) == count_queries(run_with(15))
+
+
+def silent_banner(response: Any) -> str:
+    content = response.content.decode()
+    match = re.search(
+        r'<ul class="messagelist pikku-silent-workers"[^>]*>(.*?)</ul>', content, re.S
+    )
+    text = text_of(match.group(1)) if match else ""
+    return re.sub(r"\(\s+", "(", re.sub(r"\s+([,.;:)])", r"\1", text))
+
+
+@pytest.mark.parametrize(("seen_ago", "named"), [(45, True), (5, False)])
+def test_run_page__names_a_silent_worker_and_when_its_lease_lapses(admin_client, seen_ago, named):
+    """The worker running `charge` was killed 45 s ago (3 missed heartbeats are 30 s): the page
+    says which worker, and when the step runs again; a live worker's step says nothing."""
+    now = timezone.now()
+    WorkflowWorker.objects.create(
+        host="worker-1",
+        pid=4242,
+        cluster="pikku",
+        started_at=now - timedelta(minutes=5),
+        last_seen_at=now - timedelta(seconds=seen_ago),
+    )
+    step = WorkflowStepFactory(
+        step_key="charge",
+        status="running",
+        attempt_limit=6,
+        lease_expires_at=now + timedelta(seconds=15),
+        history__worker="worker-1:4242",
+    )
+
+    banner = silent_banner(admin_client.get(change_url(step.run)))
+
+    if not named:
+        assert banner == ""
+        return
+    # Seconds pass while the page renders (a loaded machine): 45 s may read 46 s.
+    assert re.fullmatch(
+        r"Step charge attempt 1 runs on pikku_worker worker-1:4242, not seen for 4\d s \(killed, "
+        r"hung or cut off from the database\): its lease lapses in 1\d s, then another worker "
+        r"runs the step again as attempt 2\.",
+        banner,
+    ), banner
+
+
+def test_run_page__a_lapsed_attempt_ends_as_lease_lapsed(admin_client):
+    lapsed = {"code": "STEP_LEASE_EXPIRED", "message": "Step 'charge' attempt 1: lease lapsed"}
+    step = WorkflowStepFactory(step_key="charge", status="running", attempt=2, history=False)
+    WorkflowStepHistoryFactory(
+        step=step, attempt=1, status="failed", error=lapsed, worker="worker-1:4242"
+    )
+    WorkflowStepHistoryFactory(step=step, attempt=2, status="running", worker="worker-2:7")
+    step.lease_expires_at = timezone.now() - timedelta(seconds=30)
+    step.save()
+    WorkflowWorker.objects.create(
+        host="worker-2",
+        pid=7,
+        cluster="pikku",
+        started_at=timezone.now() - timedelta(minutes=5),
+        last_seen_at=timezone.now() - timedelta(minutes=2),
+    )
+
+    response = admin_client.get(change_url(step.run))
+
+    history = response.content.decode().split('id="attempt-history"')[1].split("</table>")[0]
+    rows = [text_of(row) for row in re.findall(r"<tr>(.*?)</tr>", history, re.S)[1:]]
+    assert rows[0].startswith("charge 1 lease lapsed") and "worker-1:4242" in rows[0]
+    assert rows[1].startswith("charge 2 Running") and "worker-2:7" in rows[1]
+    assert re.fullmatch(
+        r"Step charge attempt 2: its lease lapsed 3\d s ago \(pikku_worker worker-2:7 went "
+        r"silent\); another "
+        r"worker runs the step again as attempt 3\.",
+        silent_banner(response),
+    ), silent_banner(response)

@@ -5,6 +5,7 @@ warn about a deploy without pikku_worker."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ import pikku_workflows as pw
 from pikku_workflows.checks import check_timer_loop_running, check_worker_command
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowWorker
 from project.demo.models import Order
+from project.demo.scenarios import SLOW_CHARGE_SECONDS
 from tests.admin_support import CHANGELIST, change_url, staff_client
 from tests.factories import WorkflowRunFactory, WorkflowStepFactory
 from tests.shop import Shop
@@ -137,8 +139,21 @@ def test_workers__the_page_lists_workers_and_their_heartbeats(admin_client):
     content = admin_client.get(WORKERS).content.decode()
 
     assert "web-1" in content and "4242" in content and ">3<" in content
-    assert 'pikku-worker-live">live' in content and 'pikku-worker-silent">not seen' in content
+    assert 'pikku-worker-live">live' in content and "pikku-worker-silent" in content
     assert "pikku-worker-warning" not in content  # web-1 was seen just now
+
+
+@pytest.mark.parametrize(("seconds_ago", "state"), [(25, "live"), (35, "not seen")])
+def test_workers__a_worker_is_not_seen_after_three_missed_heartbeats(
+    admin_client, seconds_ago, state
+):
+    """WORKER_HEARTBEAT_SECONDS is 10: silent for 30 s, a worker was killed (or hangs)."""
+    a_live_worker(last_seen_at=timezone.now() - timedelta(seconds=seconds_ago))
+
+    content = admin_client.get(WORKERS).content.decode()
+
+    [shown] = re.findall(r'class="pikku-badge pikku-worker-\w+"[^>]*>([^<]+)<', content)
+    assert shown == state
 
 
 def test_banner__run_pages_warn_while_no_timer_loop_is_seen(admin_client, shop):
@@ -197,3 +212,21 @@ def test_checks__the_timer_loop_is_checked_by_check_database_only(shop: Shop):
     assert check_timer_loop_running(databases=None) == []
     assert not warned()
     assert warned(databases=["default"])  # check --database default, migrate
+
+
+def test_start__a_demo_orders_prefill_carries_its_scenario(admin_client):
+    """The slow order started again from its page charges slowly again: time to kill a worker."""
+    order = Order.objects.create(customer="Edsger Dijkstra", amount=Decimal("7.00"))
+
+    content = admin_client.get(reverse("admin:demo_order_change", args=[order.pk])).content
+    [link] = re.findall(r'href="([^"]+)">Start order_fulfilment', content.decode())
+    page = admin_client.get(link.replace("&amp;", "&"))
+
+    prefilled = json.loads(page.context["form"]["input"].value())
+    assert prefilled == {
+        "order_id": order.pk,
+        "items": ["book"],
+        "amount": 7.0,
+        "work_seconds": SLOW_CHARGE_SECONDS,
+    }
+    assert SLOW_CHARGE_SECONDS >= 120

@@ -71,7 +71,8 @@ def test_atomic__a_superseded_attempt_on_a_worker_commits_none_of_its_writes(ato
     with override_settings(PIKKU_WORKFLOWS={"STEP_LEASE_SECONDS": 0, "IN_PLACE": False}):
         tasks.execute_step(run_id, "reserve")
 
-    assert attempts_of(run_id, "reserve") == [(1, StepStatus.RUNNING), (2, StepStatus.SUCCEEDED)]
+    # The lapsed attempt ended failed (STEP_LEASE_EXPIRED) when attempt 2 took over.
+    assert attempts_of(run_id, "reserve") == [(1, StepStatus.FAILED), (2, StepStatus.SUCCEEDED)]
     drain_queue()
     run = WorkflowRun.objects.get(pk=run_id)
     assert (run.status, run.output) == (RunStatus.COMPLETED, f"{run_id}:2")

@@ -76,7 +76,7 @@ def test_lapsed_in_process_step__with_attempts_left_runs_a_new_attempt(attempts)
     assert attempts == [1, 2]
     assert WorkflowRun.objects.get(pk=run_id).output == "done"
     assert attempt_statuses(run_id, "work") == [
-        (1, StepStatus.RUNNING),  # the dead attempt: fenced out, its row tells what happened
+        (1, StepStatus.FAILED),  # the dead attempt: fenced out, ended as its lease lapsed
         (2, StepStatus.SUCCEEDED),
     ]
 

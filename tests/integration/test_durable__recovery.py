@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from io import StringIO
 
@@ -21,6 +22,7 @@ from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.engine.store.leases import acquire_run_lease
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.worker_registration import this_process
 from tests.graph_runs import Calls, register_graph_functions
 from tests.queue import drain_queue, queued_tasks
 
@@ -146,8 +148,10 @@ def test_recover__relaying_a_step_still_queued_is_harmless(ran, fresh_backoff):
 # --- dead workers --------------------------------------------------------------------------
 
 
-def test_recover__redispatches_a_lapsed_lease_as_a_new_attempt(ran, fresh_backoff):
+def test_recover__redispatches_a_lapsed_lease_as_a_new_attempt(ran, fresh_backoff, caplog):
     run_id = claimed_by_a_worker_that_died({"amount": 5})
+    lapsed_at = step_of(run_id).lease_expires_at
+    caplog.set_level(logging.WARNING, logger="pikku_workflows.events")
 
     counts = pw.recover()
 
@@ -158,9 +162,29 @@ def test_recover__redispatches_a_lapsed_lease_as_a_new_attempt(ran, fresh_backof
     assert (run.status, run.output) == (RunStatus.COMPLETED, {"charged": 5, "attempt": 2})
     assert ran == [2]
     assert history(run_id) == [
-        (1, StepStatus.RUNNING, None),  # the dead worker's attempt: never recorded
+        (1, StepStatus.FAILED, None),  # the dead worker's attempt: ended when its lease lapsed
         (2, StepStatus.SUCCEEDED, {"charged": 5, "attempt": 2}),
     ]
+    dead = WorkflowStepHistory.objects.get(step__run_id=run_id, attempt=1)
+    assert (dead.failed_at, dead.error["code"], dead.worker) == (
+        lapsed_at,
+        "STEP_LEASE_EXPIRED",
+        this_process(),
+    )
+    assert "attempt 1: lease lapsed" in dead.error["message"]
+    # The API's timeline shows the break: attempt 1 ends at its lapse, then attempt 2 runs.
+    charge = [e for e in pw.get_run_timeline(run_id) if e["step_key"] == "charge"]
+    events = {(e["attempt"], e["event"]): e for e in charge}
+    assert set(events) >= {(1, "running"), (1, "failed"), (2, "running"), (2, "succeeded")}
+    lapse = events[1, "failed"]
+    assert (lapse["error"]["code"], lapse["at"]) == ("STEP_LEASE_EXPIRED", lapsed_at.isoformat())
+    assert lapse["seq"] < events[2, "running"]["seq"]
+    # One sentence for the takeover: run, step, the silent worker, the new attempt.
+    [takeover] = [r.getMessage() for r in caplog.records if "takes over" in r.getMessage()]
+    assert takeover == (
+        f"pikku_workflows: run {run_id} step charge: attempt 1's lease lapsed (worker "
+        f"{this_process()} went silent); attempt 2 takes over"
+    )
 
 
 def test_recover__a_live_lease_is_not_redispatched(ran, fresh_backoff):

@@ -3,6 +3,7 @@ deploy it and resume, and it runs."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -220,3 +221,90 @@ def test_missing_function__name_deployed_later_as_a_workflow_runs_as_a_child():
     assert child.status == RunStatus.COMPLETED
     step = WorkflowStep.objects.get(run_id=run_id, step_key="invoice")
     assert (step.kind, step.child_run_id, step.attempt) == ("child", child.pk, 1)
+
+
+@pytest.fixture
+def typo() -> dict[str, str]:
+    """`missing.typo` asks for the step function its `name` says: first a typo of the
+    registered `missing.charge`, until the test fixes it."""
+    code = {"name": "missing.chrage"}
+
+    @pw.step_function("missing.charge")
+    def charge(data, ctx):
+        return {"charged": data["amount"], "attempt": ctx.attempt}
+
+    @pw.step_function("missing.refund")
+    def refund(data, ctx):
+        return {}
+
+    @pw.workflow("missing.typo")
+    def order(wf, input):
+        return wf.do("charge", code["name"], {"amount": 5}, retries=1, retry_delay="1h")
+
+    return code
+
+
+def test_missing_function__a_typo_suggests_the_registered_name_and_logs_a_warning(typo, caplog):
+    caplog.set_level(logging.WARNING, logger="pikku_workflows.events")
+
+    run_id = pw.start_workflow("missing.typo", {}, inline=True)
+
+    run = load_run(run_id)
+    assert (run.status, run.error["code"]) == (RunStatus.SUSPENDED, "RPC_NOT_FOUND")
+    assert run.error["message"] == (
+        "Step function 'missing.chrage' is not registered here (step 'charge'); did you mean "
+        "'missing.charge'? deploy it (or fix the name) and resume the run."
+    )
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert (warning.run_id, warning.step_key, warning.function) == (
+        run_id,
+        "charge",
+        "missing.chrage",
+    )
+    assert run_id in warning.getMessage() and "did you mean 'missing.charge'?" in (
+        warning.getMessage()
+    )
+
+
+def test_missing_function__a_typo_fixed_heals_on_resume(typo, caplog):
+    caplog.set_level(logging.INFO, logger="pikku_workflows.events")
+    run_id = pw.start_workflow("missing.typo", {}, inline=True)
+
+    typo["name"] = "missing.charge"  # the fix, deployed
+    pw.resume_run(run_id)
+    orchestrate(run_id)
+
+    run = load_run(run_id)
+    assert (run.status, run.output, run.error) == (
+        RunStatus.COMPLETED,
+        {"charged": 5, "attempt": 1},
+        None,
+    )
+    step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")
+    assert (step.function_name, step.attempt, step.attempt_limit) == ("missing.charge", 1, 2)
+    assert [row[:2] for row in _history(run_id, "charge")] == [(1, StepStatus.SUCCEEDED)]
+    assert any(
+        "now calls 'missing.charge' instead of 'missing.chrage'" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+@override_settings(PIKKU_WORKFLOWS={"INLINE_SLEEP_MAX_SECONDS": 0})
+def test_missing_function__a_step_that_ran_does_not_change_its_function(typo):
+    """Only a step no attempt ran takes the new name: one that ran is non-deterministic."""
+
+    @pw.step_function("missing.declines")
+    def declines(data, ctx):
+        raise ConnectionError("declined")
+
+    typo["name"] = "missing.declines"
+    run_id = pw.start_workflow("missing.typo", {}, inline=True)  # attempt 1 failed, retry in 1h
+    WorkflowStep.objects.filter(run_id=run_id, step_key="charge").update(wake_at=timezone.now())
+
+    typo["name"] = "missing.charge"
+    orchestrate(run_id)
+
+    run = load_run(run_id)
+    assert (run.status, run.error["code"]) == (RunStatus.FAILED, "NON_DETERMINISTIC")
+    step = WorkflowStep.objects.get(run_id=run_id, step_key="charge")
+    assert (step.function_name, step.attempt) == ("missing.declines", 1)

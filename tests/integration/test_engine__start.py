@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import pytest
@@ -121,6 +122,19 @@ def test_run_to_completion__run_parked_on_a_long_sleep_raises_run_timeout():
 
     assert caught.value.code == "RUN_TIMEOUT"
     assert load_run(caught.value.run_id).status == RunStatus.RUNNING
+    # It says what the run waits on, that it goes on, and how to wait for it or not at all.
+    until = caught.value.waiting_on["until"]
+    assert caught.value.message == (
+        f"Workflow run {caught.value.run_id} did not finish within 0.2 s (it waits on timer nap "
+        f"until {until}): it goes on on a worker; pass timeout=None to wait for it, or in tests "
+        "drain(run_id, advance=...)."
+    )
+
+
+def test_run_to_completion__waits_a_minute_unless_told():
+    """A shell is not blocked for the length of a long sleep (nor for ever with no worker)."""
+    timeout = inspect.signature(pw.run_to_completion).parameters["timeout"]
+    assert timeout.default == "1m"
 
 
 @transactional

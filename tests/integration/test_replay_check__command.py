@@ -1,14 +1,18 @@
 """`manage.py pikku_replay_check`: replays stored histories against the current code without
 running any step or writing anything, lists the runs that would hit NON_DETERMINISTIC and exits
-1 if there are any; `--workflow` and `--limit` narrow what it checks."""
+1 if there are any; `--workflow`, `--status`, `--since` and `--limit` narrow what it checks, and
+runs an earlier deploy already stopped with NON_DETERMINISTIC are skipped."""
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
@@ -188,3 +192,48 @@ def test_replay_check__a_graph_run_needs_only_its_stored_definition(ran):
     assert f"VERSION_NOT_FOUND  {on_v1}  check.graph" in output
     assert f"VERSION_NOT_FOUND  {on_v1_again}  check.graph" in output
     assert on_v2 not in output
+
+
+def test_replay_check__skips_runs_a_replay_already_stopped(parked_runs, ran):
+    """A run that failed NON_DETERMINISTIC under an earlier deploy is stranded already: it is
+    counted, not checked, so CI can run the check on every deploy."""
+    deploy("check.order", breaking)
+    stopped, parked = parked_runs
+    error = {"code": "NON_DETERMINISTIC", "message": "Replay asked for ...", "step_key": "charge"}
+    WorkflowRun.objects.filter(pk=stopped).update(status="failed", error=error)
+
+    output, failure = replay_check()
+
+    assert failure is not None and "1 run(s) would hit" in str(failure)
+    assert f"NON_DETERMINISTIC  {parked}" in output and stopped not in output
+    assert "; skipped 1 already stopped by NON_DETERMINISTIC." in output
+
+
+def test_replay_check__status_and_since_narrow_what_is_checked(parked_runs, ran):
+    deploy("check.order", breaking)
+    older, newer = parked_runs
+    WorkflowRun.objects.filter(pk=older).update(
+        status="suspended", created_at=timezone.now() - timedelta(days=10)
+    )
+
+    output, error = replay_check("--status", "suspended")
+    assert "Checked 1 suspended run(s): 1 would hit" in output and older in output
+
+    output, error = replay_check("--status", "running,failed", "--since", "7d")
+    assert "Checked 1 running/failed run(s): 1 would hit" in output and newer in output
+
+    since = (timezone.now() - timedelta(days=3)).date().isoformat()
+    output, error = replay_check("--since", since, "--status", "suspended")
+    assert "Checked 0 suspended run(s): 0 would hit" in output and error is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--status", "completed"), "--status completed: a check replays runs that are"),
+        (("--since", "last week"), "--since 'last week': give a duration (2h, 3d) or a date"),
+    ],
+)
+def test_replay_check__refuses_what_it_cannot_read(args, says):
+    with pytest.raises(CommandError, match=re.escape(says)):
+        call_command("pikku_replay_check", *args, stdout=StringIO())

@@ -128,6 +128,41 @@ def test_start__bad_input_is_a_clear_error_and_writes_nothing(case):
     assert not OrmQ.objects.exists()
 
 
+def test_start__a_model_instance_in_the_input_names_its_key_and_the_remedy():
+    user = get_user_model().objects.create_user("ada")
+
+    with pytest.raises(InvalidInput) as caught:
+        pw.start_workflow("bad.hello", {"order": 7, "user": user})
+
+    assert caught.value.message == (
+        "The input of 'bad.hello' is not storable JSON: input['user'] is a User: pass its pk, "
+        "or subject="
+    )
+    with pytest.raises(InvalidInput, match=r"input\['lines'\]\[1\] is a set, which is not JSON"):
+        pw.start_workflow("bad.hello", {"lines": [1, {2}]})
+    assert not WorkflowRun.objects.exists()
+
+
+def test_step__a_model_instance_in_its_data_names_its_key():
+    user = get_user_model().objects.create_user("grace")
+
+    @pw.workflow("bad.passes_a_user")
+    def passes_a_user(wf, input):
+        return wf.do("greet", "bad.greet_a_user", {"who": user})
+
+    @pw.step_function("bad.greet_a_user")
+    def greet(data, ctx):
+        return "hello"
+
+    run_id = pw.start_workflow("bad.passes_a_user", {}, inline=True)
+
+    error = WorkflowRun.objects.get(pk=run_id).error
+    assert (
+        "Step 'greet': data is not storable JSON: data['who'] is a User: pass its pk"
+        in (error["message"])
+    )
+
+
 def test_start__input_over_max_payload_bytes_is_refused_before_any_write():
     with override_settings(PIKKU_WORKFLOWS={"MAX_PAYLOAD_BYTES": 1_000}):
         with pytest.raises(InvalidInput, match="1000 bytes"):

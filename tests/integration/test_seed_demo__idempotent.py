@@ -42,6 +42,12 @@ def test_seed_demo__creates_superuser_orders_and_their_runs_once(settings):
     assert "Created superuser 'admin'" in first
     assert f"{orders} created" in first
     assert "exists" in second and f"0 created, {orders} already there" in second
+    # The counts say what each seed did: the second started nothing.
+    signups = len(DEMO_SIGNUPS)
+    assert f"; {orders} fulfilment runs started (queued for the worker" in first
+    assert f"Demo signups: {signups} onboarding graph runs started." in first
+    assert f"; 0 fulfilment runs started, {orders} already there." in second
+    assert f"Demo signups: 0 onboarding graph runs started, {signups} already there." in second
     # One fulfilment run per order, about that order, started by admin (the large one by the
     # clerk); not repeated.
     runs = WorkflowRun.objects.filter(workflow="order_fulfilment")

@@ -55,7 +55,7 @@ def test_signal__after_the_wait_is_delivered_and_the_run_goes_on(payment_flow):
 
     summary = pw.send_signal(run_id, "payment.settled", {"amount": 12})
 
-    assert summary["waiting_on"] is None  # the step has its payload; the pass is queued
+    assert summary["waiting_on"] == {"kind": "pass"}  # the step has its payload; a pass is queued
     assert queued_tasks() == [("pikku_workflows.tasks.orchestrate", (run_id,))]
     signal = WorkflowSignal.objects.get()
     assert (signal.consumed_by_step_id, signal.consumed_at is not None) == (step.pk, True)

@@ -23,6 +23,7 @@ class Attempt:
     waiting_at: datetime | None = None
     succeeded_at: datetime | None = None
     failed_at: datetime | None = None
+    error: dict | None = None
 
 
 def test_a_failed_attempt_then_a_retry_that_succeeds():
@@ -151,3 +152,24 @@ def test_a_short_gap_keeps_a_linear_axis():
 
     assert chart.breaks == []
     assert [tick.label for tick in chart.ticks][-1] == "+1 min 40 s"
+
+
+def test_an_attempt_whose_worker_went_silent_ends_where_its_lease_lapsed():
+    """A killed worker's attempt is one bar ending, dashed, at its lease's lapse; recovery's
+    new attempt is another bar after a visible break."""
+    lapse = {"code": "STEP_LEASE_EXPIRED", "message": "Step 'charge' attempt 1: lease lapsed"}
+    attempts = [
+        Attempt(1, created_at=at(0), running_at=at(0), failed_at=at(60), error=lapse),
+        Attempt(2, created_at=at(70), running_at=at(70), succeeded_at=at(100)),
+    ]
+
+    chart = build_chart(at(0), at(100), [("charge", attempts)])
+
+    [lane] = chart.lanes
+    bars = [(bar.phase, bar.outcome, bar.left, bar.width) for bar in lane.bars]
+    assert bars == [
+        ("running", "lapsed", "0.000", "60.000"),
+        ("between", "", "60.000", "10.000"),
+        ("running", "succeeded", "70.000", "30.000"),
+    ]
+    assert lane.bars[0].title.endswith("· lease lapsed (its worker went silent)")

@@ -3,7 +3,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from pikku_workflows.conf import DEFAULTS, pikku_settings
@@ -110,16 +109,15 @@ def test_settings__a_true_false_setting_reads_words_from_the_environment(
 
 
 @pytest.mark.parametrize(
-    ("variable", "text", "says"),
+    ("variable", "text"),
     [
-        ("PIKKU_IN_PLACE", "maybe", "PIKKU_IN_PLACE must be true or false"),
-        ("PIKKU_STEP_LEASE_SECONDS", "ten", "PIKKU_STEP_LEASE_SECONDS must be a number"),
-        ("PIKKU_STEP_LEASE_SECONDS", "inf", "PIKKU_STEP_LEASE_SECONDS must be a number"),
+        ("PIKKU_IN_PLACE", "maybe"),
+        ("PIKKU_STEP_LEASE_SECONDS", "ten"),
+        ("PIKKU_STEP_LEASE_SECONDS", "inf"),
     ],
 )
-def test_settings__an_unreadable_environment_value_names_its_variable(
-    monkeypatch, variable, text, says
-):
+def test_settings__an_unreadable_environment_value_gives_the_default(monkeypatch, variable, text):
     monkeypatch.setenv(variable, text)
-    with override_settings(PIKKU_WORKFLOWS={}), pytest.raises(ImproperlyConfigured, match=says):
-        getattr(pikku_settings, variable.removeprefix("PIKKU_"))
+    name = variable.removeprefix("PIKKU_")
+    with override_settings(PIKKU_WORKFLOWS={}):
+        assert getattr(pikku_settings, name) == DEFAULTS[name]

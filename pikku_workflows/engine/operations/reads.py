@@ -44,6 +44,21 @@ def get_run_status(run_id: Any) -> dict[str, Any]:
     return summarize(run, steps)
 
 
+# What the summary says of a step a cancel stopped before it ran (its timer or queued work
+# disarmed): not "scheduled" or "pending", as if it were still due. The admin says the same.
+CANCELLED_STEP = "cancelled"
+SHOWN_STEP_STATUSES = (*StepStatus.values, CANCELLED_STEP)
+
+
+def shown_step_status(run: WorkflowRun, step: WorkflowStep) -> str:
+    """The step's status as every adapter shows it: as recorded, except `cancelled` for a
+    pending or scheduled step of a cancelled run (the cancel disarmed its timer)."""
+    disarmed = run.status == RunStatus.CANCELLED and step.wake_at is None
+    if disarmed and step.status in (StepStatus.PENDING, StepStatus.SCHEDULED):
+        return CANCELLED_STEP
+    return step.status
+
+
 def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
     error = run.error or None
     return {
@@ -53,7 +68,7 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "started_at": run.created_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "started_by": run.started_by.get_username() if run.started_by else None,
-        "steps": [_step_summary(step) for step in steps],
+        "steps": [_step_summary(run, step) for step in steps],
         "planned_steps": run.planned_steps,
         "waiting_on": waiting_on(run, steps),
         "output": run.output if run.status == RunStatus.COMPLETED else None,
@@ -62,12 +77,12 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
     }
 
 
-def _step_summary(step: WorkflowStep) -> dict[str, Any]:
+def _step_summary(run: WorkflowRun, step: WorkflowStep) -> dict[str, Any]:
     attempts = list(step.history.all())
     latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
     return {
         "key": step.step_key,
-        "status": step.status,
+        "status": shown_step_status(run, step),
         "attempts": step.attempt,
         "duration_ms": _duration_ms(latest),
         "function": step.function_name,
@@ -86,7 +101,8 @@ def _duration_ms(history: WorkflowStepHistory | None) -> int | None:
 
 
 def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | None:
-    """What a live run waits for: the newest step still in flight (None for ended runs)."""
+    """What a live run waits for: the newest step still in flight, else its next pass (None for
+    ended runs)."""
     if run.status in TERMINAL_RUN_STATUSES:
         return None
     if run.status == RunStatus.SUSPENDED:
@@ -95,7 +111,8 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
         described = _step_wait(step)
         if described is not None:
             return {"step_key": step.step_key, **described}
-    return None
+    # Nothing in flight: a worker's next pass (queued, or no worker took the first one yet).
+    return {"kind": WaitingKind.PASS.value} if run.status == RunStatus.RUNNING else None
 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:

@@ -11,12 +11,13 @@ timer runs, and the check writes nothing (it runs in a transaction it rolls back
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 
 from ...control_flow import ControlFlowSignal, ReplayDiverged, RunParked
 from ...exceptions import NonDeterministicReplay, StepFailed, VersionNotFound, WorkflowNotDeployed
@@ -28,11 +29,11 @@ from ..replay.patches import run_patched
 from ..replay.replay_pass import ReplayPass, read_steps
 from ..replay.steps import (
     StepCall,
-    adoptable,
     check_same_step,
     on_error_call,
     sleep_call,
     suspend_key,
+    unstarted,
 )
 from ..replay.versions import run_graph_definition
 from ..replay.workflow import Workflow
@@ -47,6 +48,8 @@ NON_DETERMINISTIC = NonDeterministicReplay.code
 BODY_ERROR = "BODY_ERROR"
 NOT_REGISTERED = WorkflowNotDeployed.code
 VERSION_NOT_FOUND = VersionNotFound.code
+# Runs whose recorded error is a replay's NON_DETERMINISTIC.
+_STOPPED_BY_NON_DETERMINISM = Q(error__code=NON_DETERMINISTIC)
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,49 @@ class _Frontier(RunParked):
     the history as far as the history goes (a gather's member waits there, as in a pass)."""
 
 
-def check_recent_runs(
-    workflow: str | None = None, limit: int = DEFAULT_LIMIT
-) -> list[ReplayVerdict]:
-    """Check the `limit` most recent runs that can still replay (of `workflow` when given)."""
-    runs = WorkflowRun.objects.filter(status__in=REPLAYABLE_STATUSES).order_by("-created_at")
+def replayable_runs(
+    workflow: str | None = None,
+    *,
+    since: datetime | None = None,
+    statuses: Sequence[str] = REPLAYABLE_STATUSES,
+) -> QuerySet[WorkflowRun]:
+    """The runs a check looks at, newest first: of `statuses` (replayable ones), of `workflow`,
+    started at or after `since`; not those a replay already stopped with NON_DETERMINISTIC
+    (failed or suspended by an earlier deploy: this code cannot strand them again)."""
+    runs = _runs(workflow, since, statuses).exclude(_STOPPED_BY_NON_DETERMINISM)
+    return runs.order_by("-created_at")
+
+
+def already_stopped(
+    workflow: str | None = None,
+    *,
+    since: datetime | None = None,
+    statuses: Sequence[str] = REPLAYABLE_STATUSES,
+) -> int:
+    """How many runs `replayable_runs` leaves out because a replay already stopped them."""
+    return _runs(workflow, since, statuses).filter(_STOPPED_BY_NON_DETERMINISM).count()
+
+
+def _runs(
+    workflow: str | None, since: datetime | None, statuses: Sequence[str]
+) -> QuerySet[WorkflowRun]:
+    runs = WorkflowRun.objects.filter(status__in=statuses)
     if workflow is not None:
         runs = runs.filter(workflow=workflow)
+    if since is not None:
+        runs = runs.filter(created_at__gte=since)
+    return runs
+
+
+def check_recent_runs(
+    workflow: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    since: datetime | None = None,
+    statuses: Sequence[str] = REPLAYABLE_STATUSES,
+) -> list[ReplayVerdict]:
+    """Check the `limit` most recent of `replayable_runs(workflow, since, statuses)`."""
+    runs = replayable_runs(workflow, since=since, statuses=statuses)
     return [check_run(run) for run in runs[:limit]]
 
 
@@ -155,7 +194,7 @@ def _recorded_outcome(rp: ReplayPass, call: StepCall) -> Any:
     """The recorded step's result (StepFailed when it was exhausted), after checking it was
     recorded for the same function; _Frontier when it was not recorded or is unfinished."""
     step = rp.steps.get(call.key)
-    if step is None or adoptable(step, call):
+    if step is None or unstarted(step):
         raise _Frontier(call.key)
     check_same_step(step, call)
     if step.status == StepStatus.SUCCEEDED:

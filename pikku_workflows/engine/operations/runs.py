@@ -41,9 +41,13 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.leases import new_lease_holder
 from ..store.run_rows import create_run_row
-from .reads import run_pk
+from .reads import get_run_status, run_pk
 
 logger = logging.getLogger(__name__)
+
+# How long `run_to_completion` waits unless told: a shell or a test is not blocked for the
+# length of a long sleep (or for ever, with no worker to go on with a parked run).
+DEFAULT_WAIT = "1m"
 
 POLL_FIRST_SECONDS = 0.01
 POLL_GROWTH = 1.6
@@ -100,7 +104,7 @@ def start_run(
     if not isinstance(inline, bool):
         raise InvalidInput(f"inline must be True or False, not {inline!r}.")
     try:
-        input = round_trip(input)
+        input = round_trip(input, name="input", instance_hint=", or subject=")
     except NotStorableJson as exc:
         raise InvalidInput(f"The input of {name!r} is not storable JSON: {exc}") from exc
     if idempotency_key is not None:
@@ -206,11 +210,18 @@ def _begin(run: WorkflowRun, holder: str | None) -> None:
 
 
 def run_to_completion(
-    name: str, input: Any = None, *, timeout: str | timedelta | float | None = None
+    name: str,
+    input: Any = None,
+    *,
+    timeout: str | timedelta | float | None = DEFAULT_WAIT,
 ) -> Any:
     """Start the run inline and wait until it ends: its output, or RunFailed/RunCancelled/
-    RunSuspended; RunTimeout when `timeout` ("30s", "2m", a timedelta) passes first. A bare
-    number is seconds, deprecated: every other duration takes an int as milliseconds.
+    RunSuspended; RunTimeout when `timeout` ("30s", "2m", a timedelta; one minute unless
+    given) passes first, saying what the run waits on. `timeout=None` waits for the run however
+    long it takes (a run that parked on a long sleep or an approval goes on on a worker). A
+    bare number is seconds, deprecated: every other duration takes an int as milliseconds. In
+    tests, `pikku_workflows.testing.drain(run_id, advance="10m")` lets timers pass without
+    waiting.
 
     Inside an open transaction a run that parks could never finish (workers cannot see it
     before the commit): it is refused with InvalidInput, and nothing of it is kept.
@@ -258,6 +269,12 @@ def _timeout_seconds(timeout: Any) -> float | None:
     return float(timeout)
 
 
+def _timed_out(run_id: Any, timeout: float) -> RunTimeout:
+    """RunTimeout for the run, saying what it waits on now."""
+    waiting = get_run_status(run_id)["waiting_on"] or {}
+    return RunTimeout(run_id, timeout, waiting_on=waiting)
+
+
 def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
     pk = run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -276,7 +293,7 @@ def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
         if ended is not None:
             raise ended(run_id, run["error"])
         if deadline is not None and time.monotonic() >= deadline:
-            raise RunTimeout(run_id, timeout or 0)
+            raise _timed_out(run_id, timeout or 0)
         pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
         time.sleep(pause)
         delay = min(delay * POLL_GROWTH, POLL_MAX_SECONDS)

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, transaction
 
+from ... import events
 from ...dispatch import enqueue_orchestration, serves_orchestrator_cluster
 from ...exceptions import (
     InvalidTransition,
@@ -138,7 +139,9 @@ def suspend_for_missing_function(run_id: Any, step_key: str, function_name: str)
     ).first()
     if step is None:
         return  # a superseded or settled dispatch: not this message's business
-    error = describe_error(StepFunctionNotDeployed(function_name, step_key), traceback=False)
+    missing = StepFunctionNotDeployed(function_name, step_key, registry.close_names(function_name))
+    events.announce_missing_function(run_id, step_key, function_name, missing.message)
+    error = describe_error(missing, traceback=False)
     try:
         with transaction.atomic():
             if step.status == StepStatus.SCHEDULED and not move_step_txn(

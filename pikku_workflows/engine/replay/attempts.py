@@ -18,6 +18,7 @@ from typing import Any
 from django.db import DataError, transaction
 from django.utils import timezone
 
+from ... import events
 from ...control_flow import RunInterrupted, TimeLimitAlarm
 from ...exceptions import (
     InvalidInput,
@@ -38,6 +39,7 @@ from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import (
     UnrecordedSuccess,
     create_step_in_run,
+    end_lapsed_attempt_txn,
     move_step_txn,
     note_attempt_end,
     record_step_outcome,
@@ -169,22 +171,26 @@ def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
             _fail_lease_expired_txn(step)
         return Claim(step, expired=lapsed)
     if lapsed or (status == StepStatus.FAILED and step.retry_due):
+        lapsed_on = end_lapsed_attempt_txn(step, _lease_expired(step)) if lapsed else None
         # The new attempt fences the previous worker in the same write that grants our lease.
         renewed = {**fresh, "result": None, "error": None}
         move_step_txn(step, StepStatus.RUNNING, expected=[status], new_attempt=True, **renewed)
+        if lapsed:
+            events.announce_takeover(step.run_id, step.step_key, step.attempt, lapsed_on)
         return Claim(step, claimed=True)
     return Claim(step)
 
 
 def _fail_lease_expired_txn(step: WorkflowStep) -> None:
-    error = describe_error(
-        StepLeaseExpired(step.step_key, step.attempt, step.attempt_limit),
-        step_key=step.step_key,
-        traceback=False,
-    )
+    error = _lease_expired(step)
     move_step_txn(
         step, StepStatus.FAILED, expected=[StepStatus.RUNNING], error=error, lease_expires_at=None
     )
+
+
+def _lease_expired(step: WorkflowStep) -> dict[str, Any]:
+    error = StepLeaseExpired(step.step_key, step.attempt, step.attempt_limit)
+    return describe_error(error, step_key=step.step_key, traceback=False)
 
 
 # --- calling user code ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from django.db import transaction
 from django.utils import timezone
 
+from ... import events
 from ...conf import pikku_settings
 from ...control_flow import ReplayDiverged, RunParked
 from ...durations import parse_duration
@@ -31,7 +32,7 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
 from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
-from ..store.step_transitions import move_step, note_attempt_end
+from ..store.step_transitions import move_step, note_attempt_end, retarget_unstarted_step
 from . import children, queued
 from .atomic_steps import call_atomically
 from .attempts import (
@@ -86,7 +87,7 @@ def drive_call(rp: ReplayPass, call: StepCall) -> Any:
     it must wait outside this pass. `wf.do` and the graph pass (a node instance) both use it."""
     step = rp.steps.get(call.key)
     if step is not None:
-        _adopt_deployed_workflow(rp, step, call)
+        _take_current_target(rp, step, call)
         check_same_step(step, call)
     elif call.kind == StepKind.FUNCTION and call.func is None:
         suspend_missing_function(rp, call)
@@ -121,25 +122,29 @@ def queue_new_step(rp: ReplayPass, call: StepCall) -> NoReturn:
     queued.dispatch_step(rp, _create_step(rp, call, StepStatus.PENDING), call.definition)
 
 
-def adoptable(step: WorkflowStep, call: StepCall) -> bool:
-    """A name that was unknown when the step was recorded (RPC_NOT_FOUND: pending, no attempt)
-    may since have been deployed as a workflow: the step becomes a child step, not a conflict."""
+def unstarted(step: WorkflowStep) -> bool:
+    """No attempt of the step ever ran: a step function's step still pending on its first
+    attempt (RPC_NOT_FOUND left it so, or its queue message is still on its way)."""
     return (
         step.status == StepStatus.PENDING
+        and step.attempt == 1
         and step.kind == StepKind.FUNCTION
-        and call.kind == StepKind.CHILD
-        and step.function_name == call.function_name
+        and step.child_run_id is None
     )
 
 
-def _adopt_deployed_workflow(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
-    if adoptable(step, call):
-        record_kept(rp)
-        pending = WorkflowStep.objects.filter(
-            pk=step.pk, status=StepStatus.PENDING, attempt=step.attempt
-        )
-        if pending.update(kind=StepKind.CHILD):
-            step.kind = StepKind.CHILD
+def _take_current_target(rp: ReplayPass, step: WorkflowStep, call: StepCall) -> None:
+    """A step no attempt ran takes what the code asks for now: a mistyped function name fixed
+    and deployed heals on resume (nothing ran, so nothing is non-deterministic), and a name
+    deployed since as a workflow becomes a child step. A worker that claimed the step meanwhile
+    wins; the replay then judges it as recorded."""
+    if not unstarted(step) or same_step(step, call):
+        return
+    record_kept(rp)
+    recorded = step.function_name
+    fields = {key: value for key, value in step_row_fields(call).items() if key != "from_step_key"}
+    if retarget_unstarted_step(step, **fields):
+        events.announce_step_retargeted(rp.run.pk, step.step_key, recorded, call.function_name)
 
 
 def resolve_call(
@@ -163,7 +168,7 @@ def prepare_call(key: str, target: Any, data: Any, options: StepOptions) -> Step
     if options.timeout is not None and not _queued(definition):
         raise InvalidInput(f"Step {key!r}: timeout is enforced only for queued step functions.")
     try:
-        data = round_trip(data)
+        data = round_trip(data, name="data")
     except NotStorableJson as exc:
         raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
     if timeout_ms is None and definition is not None:
@@ -427,10 +432,15 @@ def _run_on_error(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> None:
 
 
 def suspend_missing_function(rp: ReplayPass, call: StepCall) -> None:
-    """No such step function here: record the step as pending (no attempt) and suspend the run."""
+    """No such step function here: record the step as pending (no attempt) and suspend the run,
+    naming the registered functions the name is close to (a typo shows at once)."""
+    missing = StepFunctionNotDeployed(
+        call.function_name, call.key, registry.close_names(call.function_name or "")
+    )
+    events.announce_missing_function(rp.run.pk, call.key, call.function_name, missing.message)
     suspend_in_pass(
         rp,
-        StepFunctionNotDeployed(call.function_name, call.key),
+        missing,
         step_key=call.key,
         step_fields=None if call.key in rp.steps else step_row_fields(call),
     )

@@ -37,6 +37,7 @@ from ...status import (
     StepStatus,
     step_sources,
 )
+from ...worker_registration import this_process
 from .claims import lock_running_run_txn
 from .tables import engine_names
 from .transitions import checked_sources, history_stamps, on_postgresql
@@ -212,6 +213,7 @@ def _save_new_step_txn(
         attempt=step.attempt,
         status=step.status,
         dispatch=dispatch,
+        worker=_runner(step.status),
         result=step.result,
         error=step.error,
         # A step created straight into `running` keeps its `pending` moment as created_at, so
@@ -244,6 +246,7 @@ def _new_step_params(
         if field.column not in CLOCKED
     }
     params["dispatch"] = dispatch
+    params["worker"] = _runner(step.status)
     params["lease_seconds"] = lease_seconds
     params["wake_in_seconds"] = None if wake_in_ms is None else wake_in_ms / 1000
     return params | history_stamps(step.status, step.created_at)
@@ -373,9 +376,21 @@ def claim_queued_step(
         "sources": sorted(sources),
         "function_names": list(function_names),
         "running_at": timezone.now(),
+        "worker": this_process(),
     }
     claimed = WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)
     return next(iter(claimed), None)
+
+
+def retarget_unstarted_step(step: WorkflowStep, **fields: Any) -> bool:
+    """Give a step no attempt ran (pending on attempt 1) what the code asks for now (`fields`:
+    kind, function name, data, retry options) in one guarded write; False, and nothing
+    written, when an attempt started meanwhile. Not a status change: no history row moves."""
+    unstarted = WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING, attempt=1)
+    if not unstarted.update(**fields, updated_at=DatabaseNow()):
+        return False
+    _apply(step, fields)
+    return True
 
 
 def move_step(
@@ -425,6 +440,8 @@ def move_step_txn(
     outcome: dict[str, Any] = {key: fields[key] for key in ("result", "error") if key in fields}
     if dispatch is not None:
         outcome["dispatch"] = dispatch
+    if target == StepStatus.RUNNING:
+        outcome["worker"] = this_process()
     if new_attempt:
         _open_attempt_txn(step, target, outcome)
     else:
@@ -469,6 +486,26 @@ def _apply(step: WorkflowStep, fields: dict[str, Any]) -> None:
             setattr(step, name, value)
     if computed:
         step.refresh_from_db(fields=computed)
+
+
+def _runner(status: str) -> str | None:
+    """Who the history names as running an attempt created in `status`: this process, if it
+    runs it now."""
+    return this_process() if status == StepStatus.RUNNING else None
+
+
+def end_lapsed_attempt_txn(step: Any, error: dict[str, Any]) -> str | None:
+    """Inside the transaction that claims `step` (its row locked, its lease lapsed): end the
+    lapsed attempt's history row `failed` with `error`, at the moment its lease lapsed, so no
+    attempt stays running for ever and the timeline shows the break before the next one.
+    Returns the process that ran it (None if unknown)."""
+    assert transaction.get_connection().in_atomic_block
+    attempt = WorkflowStepHistory.objects.filter(
+        step_id=step.pk, attempt=step.attempt, status=StepStatus.RUNNING
+    )
+    worker = attempt.values_list("worker", flat=True).first()
+    attempt.update(status=StepStatus.FAILED, error=error, failed_at=step.lease_expires_at)
+    return worker
 
 
 def _raise_refused(step: WorkflowStep, target: str) -> None:

@@ -23,11 +23,12 @@ gather_key, lease_expires_at, wake_at, created_at, updated_at
 
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
--- stamped at the step's creation for its status, dispatched as %(dispatch)s.
+-- stamped at the step's creation for its status, dispatched as %(dispatch)s, run by the process
+-- %(worker)s (NULL unless it runs now).
 history AS (
-    INSERT INTO {history} (step_id, attempt, status, dispatch, result, error, created_at,
+    INSERT INTO {history} (step_id, attempt, status, dispatch, worker, result, error, created_at,
         scheduled_at, running_at, waiting_at, succeeded_at, failed_at)
-    SELECT id, attempt, status, %(dispatch)s, result, error, created_at,
+    SELECT id, attempt, status, %(dispatch)s, %(worker)s, result, error, created_at,
         %(scheduled_at)s::timestamptz,
         %(running_at)s::timestamptz, %(waiting_at)s::timestamptz,
         %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz
@@ -145,7 +146,8 @@ FROM (SELECT 1) AS one LEFT JOIN lease ON true
 -- name: claim_queued_step
 -- A worker's claim of a queued step (pending or scheduled, %(sources)s; its function one this
 -- worker has) of a running run: running under a fresh lease on the database clock, its
--- history row stamped. Returns the step and the run's starter, or no row.
+-- history row stamped (run by the process %(worker)s). Returns the step and the run's starter,
+-- or no row.
 WITH guard AS ({run_running_unlocked}),
 claimed AS (
     UPDATE {step} SET status = %(running)s, wake_at = NULL, updated_at = clock_timestamp(),
@@ -158,7 +160,7 @@ claimed AS (
 ),
 history AS (
     UPDATE {history} SET status = %(running)s, running_at = %(running_at)s::timestamptz,
-        dispatch = %(queued)s
+        dispatch = %(queued)s, worker = %(worker)s
     WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
     RETURNING step_id
 )

@@ -1,6 +1,7 @@
 """`manage.py pikku`: runs from a shell, for operators.
 
-    pikku runs [--status S] [--workflow W] [--since 2h|2026-05-01] [--limit N]
+    pikku runs [--status S] [--workflow W] [--since 2h|2026-05-01] [--level top|children|all]
+               [--limit N]         top-level runs unless --level says otherwise
     pikku show RUN                  summary, steps, what it waits on
     pikku timeline RUN              every attempt's events and operator actions, in order
     pikku cancel|suspend RUN --reason TEXT --as USERNAME
@@ -15,20 +16,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 import pikku_workflows as pw
 
-from ...durations import parse_duration
 from ...engine.operations.control import OPERATION_RULES, Rule
-from ...exceptions import InvalidInput
+from ...querysets import RunLevel
 from ...status import RunStatus
+from ...waiting import WaitingKind, waiting_for_a_worker
+from ..since import parse_since
 
 DEFAULT_LIMIT = 50
 # An action that stops a run's work asks the operator why (the others may say why).
@@ -45,6 +46,12 @@ class Command(BaseCommand):
         runs.add_argument("--workflow")
         runs.add_argument("--since", help="a duration back from now (2h, 3d) or a date/time")
         runs.add_argument("--limit", type=int, default=DEFAULT_LIMIT)
+        runs.add_argument(
+            "--level",
+            choices=RunLevel.values,
+            default=RunLevel.TOP,
+            help="top-level runs (the default, as in the admin), child runs, or all",
+        )
         for name, what in (
             ("show", "a run's summary, steps and what it waits on"),
             ("timeline", "a run's events in order"),
@@ -86,22 +93,24 @@ class Command(BaseCommand):
         workflow: str | None,
         since: str | None,
         limit: int,
+        level: str,
         **options: Any,
     ) -> list[dict[str, Any]]:
         from ...models import WorkflowRun
 
-        runs = WorkflowRun.objects.order_by("-created_at")
+        runs = WorkflowRun.objects.at_level(level).order_by("-created_at")
         if status:
             runs = runs.filter(status=status)
         if workflow:
             runs = runs.filter(workflow=workflow)
         if since:
-            runs = runs.filter(created_at__gte=_moment(since))
+            runs = runs.filter(created_at__gte=parse_since(since))
         listed = [pw.get_run_status(pk) for pk in runs.values_list("pk", flat=True)[:limit]]
         if not options.get("json"):
+            seen = _workers_seen()
             self._table(
                 ["id", "status", "workflow", "started", "duration", "waiting on / error"],
-                [_run_line(run) for run in listed],
+                [_run_line(run, seen) for run in listed],
             )
         return listed
 
@@ -163,7 +172,7 @@ class Command(BaseCommand):
         if summary["finished_at"]:
             write(f"finished  {summary['finished_at']}")
         if summary["waiting_on"]:
-            write(f"waits on  {_waiting(summary['waiting_on'])}")
+            write(f"waits on  {_waiting(summary['waiting_on'], _workers_seen())}")
         if summary["error"]:
             write(f"error     {summary['error']['code']}: {summary['error']['message']}")
         if summary["output"] is not None:
@@ -230,36 +239,29 @@ def _operator(username: str, rule: Rule) -> Any:
     return user
 
 
-def _moment(text: str) -> datetime:
-    """`--since`: a duration back from now ("2h", "3d") or a date or date/time."""
-    try:
-        return timezone.now() - timedelta(milliseconds=parse_duration(text, what="--since"))
-    except InvalidInput:
-        pass
-    moment = parse_datetime(text)
-    if moment is None and (day := parse_date(text)) is not None:
-        moment = datetime(day.year, day.month, day.day)
-    if moment is None:
-        raise CommandError(f"--since {text!r}: give a duration (2h, 3d) or a date (2026-05-01).")
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+def _workers_seen() -> bool:
+    from ...worker_registration import timer_loop_seen
+
+    return timer_loop_seen()
 
 
-def _waiting(waiting: dict[str, Any]) -> str:
+def _waiting(waiting: dict[str, Any], workers_seen: bool) -> str:
+    """`timer cool-off (until=...)`, in the admin's words for a run no worker has taken."""
+    if waiting["kind"] == WaitingKind.PASS:
+        return waiting_for_a_worker(workers_seen)
     details = ", ".join(f"{k}={v}" for k, v in waiting.items() if k not in ("kind", "step_key"))
     step = f" {waiting['step_key']}" if waiting.get("step_key") else ""
     return f"{waiting['kind']}{step}" + (f" ({details})" if details else "")
 
 
-def _run_line(run: dict[str, Any]) -> list[str]:
+def _run_line(run: dict[str, Any], workers_seen: bool) -> list[str]:
     started = datetime.fromisoformat(run["started_at"])
     end = datetime.fromisoformat(run["finished_at"]) if run["finished_at"] else timezone.now()
     seconds = (end - started).total_seconds()
     if run["error"] and run["status"] == RunStatus.FAILED:
         note = f"{run['error']['code']}: {run['error']['message']}"[:70]
     elif run["waiting_on"]:
-        note = _waiting(run["waiting_on"])
-    elif run["status"] == RunStatus.RUNNING and not run["steps"]:
-        note = "its first pass (is a pikku_worker running?)"
+        note = _waiting(run["waiting_on"], workers_seen)
     else:
         note = ""
     return [

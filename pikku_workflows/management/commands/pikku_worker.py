@@ -54,10 +54,11 @@ class Command(BaseCommand):
 
         from pikku_workflows.engine.operations.recovery import run_timer_loop
         from pikku_workflows.worker_process import arrange_forked_children, steps_in_flight
-        from pikku_workflows.worker_registration import WorkerRegistration
+        from pikku_workflows.worker_registration import WorkerRegistration, name_worker_processes
 
         if workers:
             Conf.WORKERS = workers
+        name_worker_processes()  # before the cluster forks: its processes name this worker
         arrange_forked_children()
         stop = threading.Event()
         q_cluster = Cluster()

@@ -5,7 +5,6 @@ again."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +12,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from pikku_workflows.models import WorkflowRun
 from project.demo.models import Order
+from project.demo.scenarios import DEMO_ORDERS, DEMO_SIGNUPS, order_input
 from project.demo.workflows import APPROVAL_THRESHOLD
 
 ADMIN_USERNAME = "admin"
@@ -25,21 +26,6 @@ CLERK_USERNAME = "clerk"
 MANAGERS_GROUP = "managers"
 # What a manager may do in the admin: see runs and approvals, and decide them.
 MANAGER_PERMISSIONS = ("view_workflowrun", "view_workflowapproval", "decide_workflowapproval")
-# Each demo order's fulfilment shows one behaviour in the admin.
-DEMO_ORDERS: tuple[tuple[str, Decimal, dict[str, Any]], ...] = (
-    ("Ada Lovelace", Decimal("42.00"), {}),  # runs straight through
-    ("Grace Hopper", Decimal("99.50"), {"declines": 1}),  # the card is declined once, retried
-    ("Alan Turing", Decimal("12.00"), {"declines": 9, "charge_retries": 1}),  # fails, refunds
-    ("Barbara Liskov", Decimal("250.00"), {"needs_review": True}),  # suspended: resume it
-    ("Edsger Dijkstra", Decimal("7.00"), {"work_seconds": 30}),  # slow: kill the worker now
-    # Above APPROVAL_THRESHOLD: waits for a manager in the approvals inbox (placed by the clerk).
-    ("Margaret Hamilton", Decimal("1200.00"), {}),
-)
-# Each demo signup's onboarding graph takes another branch of `route`.
-DEMO_SIGNUPS: tuple[dict[str, Any], ...] = (
-    {"name": "Katherine Johnson", "email": "katherine@example.com", "plan": "enterprise"},
-    {"name": "Linus Torvalds", "email": "linus@example.com", "teams": ["kernel", "git"]},
-)
 
 
 class Command(BaseCommand):
@@ -64,21 +50,25 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Created superuser {ADMIN_USERNAME!r}."))
         admin = user_model._default_manager.get(username=ADMIN_USERNAME)
         clerk = _seed_approvers(admin)
-        created = 0
-        for customer, amount, scenario in DEMO_ORDERS:
+        created = started = 0
+        for customer, amount, _ in DEMO_ORDERS:
             order, was_created = Order.objects.get_or_create(
                 customer=customer, defaults={"amount": amount}
             )
             created += was_created
-            _start_fulfilment(order, scenario, admin, clerk)
+            started += _start_fulfilment(order, admin, clerk)
+        queued = " (queued for the worker; the large order waits for a manager in the inbox)"
         self.stdout.write(
             f"Demo orders: {created} created, {len(DEMO_ORDERS) - created} already there; "
-            "their fulfilment runs are queued for the worker (the large order waits for a "
-            "manager in the approvals inbox)."
+            f"{_started(started, len(DEMO_ORDERS), 'fulfilment')}{queued if started else ''}."
         )
-        for number, signup in enumerate(DEMO_SIGNUPS, start=1):
+        started = sum(
             _start_onboarding(number, signup, admin)
-        self.stdout.write(f"Demo signups: {len(DEMO_SIGNUPS)} onboarding graph runs queued.")
+            for number, signup in enumerate(DEMO_SIGNUPS, start=1)
+        )
+        self.stdout.write(
+            f"Demo signups: {_started(started, len(DEMO_SIGNUPS), 'onboarding graph')}."
+        )
         self.stdout.write(
             self.style.SUCCESS(
                 f"Admin login: username {ADMIN_USERNAME!r}, password {ADMIN_PASSWORD!r}"
@@ -113,29 +103,39 @@ def _seed_approvers(admin: Any) -> Any:
     return clerk
 
 
-def _start_fulfilment(order: Order, scenario: dict[str, Any], admin: Any, clerk: Any) -> None:
-    """Start the order's fulfilment run (once: the idempotency key makes a re-seed a no-op).
+def _started(started: int, total: int, what: str) -> str:
+    """`2 fulfilment runs started, 4 already there`: the counts of this seed, exact."""
+    counted = f"{started} {what} run{'' if started == 1 else 's'} started"
+    return f"{counted}, {total - started} already there" if started < total else counted
+
+
+def _start_once(workflow: str, input: Any, key: str, **options: Any) -> bool:
+    """Start the run unless one with this idempotency key exists; whether it started one."""
+    import pikku_workflows as pw
+
+    if WorkflowRun.objects.filter(workflow=workflow, idempotency_key=key).exists():
+        return False
+    pw.start_workflow(workflow, input, idempotency_key=key, **options)
+    return True
+
+
+def _start_fulfilment(order: Order, admin: Any, clerk: Any) -> bool:
+    """Start the order's fulfilment run, once.
 
     Runs are queued for the worker, except a large order: the clerk places it and its first
     pass runs here, so the approval it waits for is in the inbox before any worker starts.
     """
-    import pikku_workflows as pw
-
     large = order.amount > APPROVAL_THRESHOLD
-    pw.start_workflow(
+    return _start_once(
         "order_fulfilment",
-        {"order_id": order.pk, "items": ["book"], "amount": float(order.amount), **scenario},
+        order_input(order),
+        f"demo-order-{order.pk}",
         inline=large,
-        idempotency_key=f"demo-order-{order.pk}",
         started_by=clerk if large else admin,
         subject=order,
     )
 
 
-def _start_onboarding(number: int, signup: dict[str, Any], started_by: Any) -> None:
-    """Queue a signup's onboarding graph run (once, like the orders)."""
-    import pikku_workflows as pw
-
-    pw.start_workflow(
-        "onboarding", signup, idempotency_key=f"demo-signup-{number}", started_by=started_by
-    )
+def _start_onboarding(number: int, signup: dict[str, Any], started_by: Any) -> bool:
+    """Queue a signup's onboarding graph run, once, like the orders."""
+    return _start_once("onboarding", signup, f"demo-signup-{number}", started_by=started_by)
