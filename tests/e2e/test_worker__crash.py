@@ -61,7 +61,7 @@ def test_worker__sigkill_mid_step_leaves_no_orphans_and_a_new_worker_finishes(
     first = start_worker(("--workers", "3"))
     run_id = pw.start_workflow("e2e.crash", {"log": str(log), "seconds": 60})
     graph_id = pw.start_workflow("e2e.fan_out", {"log": str(graph_log), "seconds": 60})
-    [attempt_1] = wait_until(lambda: attempts_logged(log), 15, "the slow step to start")
+    [attempt_1] = wait_until(lambda: attempts_logged(log), 60, "the slow step to start")
     assert attempt_1["attempt"] == 1
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)
@@ -138,7 +138,7 @@ def test_worker__sigterm_to_its_process_group_releases_the_step_lease(start_work
     log = tmp_path / "attempts.jsonl"
     worker = start_worker(PIKKU_STEP_LEASE_SECONDS="60")
     run_id = pw.start_workflow("e2e.crash", {"log": str(log), "seconds": 60})
-    wait_until(lambda: attempts_logged(log), 15, "the slow step to start")
+    wait_until(lambda: attempts_logged(log), 60, "the slow step to start")
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)
     assert step.lease_expires_at > timezone.now() + timedelta(seconds=30)

@@ -73,7 +73,7 @@ def test_worker__an_outage_is_one_line_when_it_begins_and_one_when_it_ends(start
     worker = start_worker()
     before_cut = len(worker.log())
     cut_runs = start_runs(4)
-    wait_until(lambda: "processing orchestrate" in worker.log(), 15, "the runs to be under way")
+    wait_until(lambda: "processing orchestrate" in worker.log(), 60, "the runs to be under way")
 
     with database_cut():
         time.sleep(4)

@@ -58,7 +58,7 @@ def test_worker__registers_itself_counts_steps_in_flight_and_leaves_on_stop(star
         10,
         "one step in flight",
     )
-    wait_until(lambda: completed_output(run_id), 15, "the run to complete")
+    wait_until(lambda: completed_output(run_id), 60, "the run to complete")
     wait_until(
         lambda: WorkflowWorker.objects.filter(pid=worker.pid, steps_in_flight=0).exists(),
         5,
@@ -84,7 +84,7 @@ def test_worker__reload_restarts_the_worker_when_its_code_changes(start_worker, 
             PIKKU_EXTRA_WORKFLOW_MODULES="tests.e2e.workflows,reload_probe",
         )
         first = pw.start_workflow("reload.probe")
-        assert wait_until(lambda: completed_output(first), 15, "the first run") == "v1"
+        assert wait_until(lambda: completed_output(first), 60, "the first run") == "v1"
 
         probe.write_text(PROBE.format(version="v2"))
         later = time.time() + 2  # a newer mtime whatever the file system's resolution
@@ -93,7 +93,7 @@ def test_worker__reload_restarts_the_worker_when_its_code_changes(start_worker, 
         wait_until(lambda: worker.log().count("pikku_worker: cluster") == 2, 20, "the new worker")
 
         second = pw.start_workflow("reload.probe")
-        assert wait_until(lambda: completed_output(second), 15, "the second run") == "v2"
+        assert wait_until(lambda: completed_output(second), 60, "the second run") == "v2"
 
         # Killed outright (kill -9 of the pid the Workers page shows): it comes back by itself.
         child = wait_until(lambda: WorkflowWorker.objects.first(), 10, "the worker's row")

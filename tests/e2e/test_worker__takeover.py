@@ -38,10 +38,10 @@ def test_worker__a_frozen_step_is_taken_over_within_one_lease_beside_a_busy_pass
     start_worker(PIKKU_IN_PLACE_MAX_SECONDS="120", PIKKU_IN_PLACE_MAX_STEPS="100000")
     frozen_log, busy_log = tmp_path / "frozen.jsonl", tmp_path / "busy.jsonl"
     frozen_run = pw.start_workflow("e2e.ticks", {"log": str(frozen_log), "seconds": 60, "steps": 1})
-    [first] = wait_until(lambda: attempts(frozen_log), 15, "the step to start in place")
+    [first] = wait_until(lambda: attempts(frozen_log), 60, "the step to start in place")
     busy = {"log": str(busy_log), "seconds": 0.1, "steps": 400}
     busy_runs = [pw.start_workflow("e2e.ticks", busy) for _ in range(2)]
-    wait_until(lambda: attempts(busy_log), 15, "the other process to be busy in place")
+    wait_until(lambda: attempts(busy_log), 60, "the other process to be busy in place")
 
     os.kill(first["pid"], signal.SIGSTOP)
     wait_until(lambda: lapsed_at(frozen_run), 2 * LEASE_SECONDS, "the frozen step's lease to lapse")

@@ -86,8 +86,9 @@ def recover() -> dict[str, int]:
         "stalled": _resume(_stalled_runs()),
     }
     if counts["lapsed"] or counts["lapsed_runs"]:
-        # A takeover: until the next sweep this worker's passes run nothing in place, so the
-        # messages just sent are taken after one step of each busy pass, not its whole budget.
+        # A takeover: the passes running now run nothing more in place (until the next sweep at
+        # most), so the messages just sent are taken after one step of each busy pass, not its
+        # whole budget.
         in_place_hold.hold(pikku_settings.RECOVERY_INTERVAL_SECONDS + TAKEOVER_MARGIN_SECONDS)
     return counts
 

@@ -74,22 +74,29 @@ class HandledMessage:
 
 
 class InPlaceHold:
-    """Until when (monotonic) no pass of this worker runs a step in place: while recovery takes
-    over lapsed work, the messages it sends would otherwise wait for the whole in-place budget of
-    every busy worker process. In shared memory once `share_across_forks` ran (pikku_worker,
-    before it forks), so its timer loop's hold reaches every worker process."""
+    """While recovery takes lapsed work over, the passes that were already running when it sent
+    its messages run nothing more in place: those messages would otherwise wait for the whole
+    in-place budget of every busy worker process. A message taken after the takeover began is not
+    held (the takeover's messages were ahead of it in the queue), so after a restart's sweep the
+    worker is back to running in place as soon as each process moved on. Bounded by `seconds`;
+    in shared memory once `share_across_forks` ran (pikku_worker, before it forks), so its timer
+    loop's hold reaches every worker process. Times are monotonic (one clock per host)."""
 
     def __init__(self) -> None:
+        self._since: Any = ctypes.c_double(0.0)
         self._until: Any = ctypes.c_double(0.0)
 
     def share_across_forks(self) -> None:
+        self._since = multiprocessing.Value("d", 0.0, lock=False)
         self._until = multiprocessing.Value("d", 0.0, lock=False)
 
     def hold(self, seconds: float) -> None:
-        self._until.value = max(self._until.value, time.monotonic() + seconds)
+        now = time.monotonic()
+        self._since.value = now
+        self._until.value = max(self._until.value, now + seconds)
 
-    def held(self) -> bool:
-        return time.monotonic() < self._until.value
+    def holds(self, message: HandledMessage) -> bool:
+        return message.began <= self._since.value and time.monotonic() < self._until.value
 
 
 in_place_hold = InPlaceHold()
@@ -131,7 +138,7 @@ def runs_in_place(definition: StepFunctionDefinition, timeout_ms: int | None) ->
         message is None
         or not pikku_settings.IN_PLACE
         or _shutting_down.is_set()
-        or in_place_hold.held()
+        or in_place_hold.holds(message)
         or step_cluster(definition.queue) != message.cluster
         or not message.budget_left()
         or not message.fits(timeout_ms)
