@@ -16,7 +16,7 @@ from psycopg import sql
 
 import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus
 from tests.conftest import wait_until
 from tests.e2e.conftest import worker_database_url
@@ -73,7 +73,8 @@ def test_worker__an_outage_is_one_line_when_it_begins_and_one_when_it_ends(start
     worker = start_worker()
     before_cut = len(worker.log())
     cut_runs = start_runs(4)
-    wait_until(lambda: "processing orchestrate" in worker.log(), 60, "the runs to be under way")
+    under_way = WorkflowStep.objects.filter(run_id__in=cut_runs)
+    wait_until(under_way.exists, 60, "the runs to be under way")
 
     with database_cut():
         time.sleep(4)
