@@ -195,6 +195,7 @@ def fuzz_every_operation(
 @pytest.mark.slow
 # Negative cases take the longest (about a minute on a busy 2-core machine): more room than the
 # suite's deadlock timeout, still bounded by EXAMPLES.
+@pytest.mark.fuzz
 @pytest.mark.timeout(300)
 def test_schema__fuzzed_invalid_requests_never_fail_the_server_or_the_schema(
     operator, real_runs, real_approvals, wsgi_app
@@ -209,6 +210,7 @@ def test_schema__fuzzed_invalid_requests_never_fail_the_server_or_the_schema(
 @pytest.mark.timeout(300)
 # A real server in a thread of its own, over real sockets: what the tests' WSGI calls skip
 # (request parsing, chunked event streams, connections per thread) is in the way too.
+@pytest.mark.fuzz
 @pytest.mark.django_db(transaction=True)
 def test_schema__fuzzed_valid_requests_to_a_live_server_never_fail_it_or_the_schema(
     live_server, operator, real_runs, real_approvals
