@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from pikku_workflows.registry import registry
 from tests.shop import Shop
+from tests.trips import register_trips
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
@@ -85,6 +86,12 @@ def shop() -> Shop:
     state = Shop()
     state.register()
     return state
+
+
+@pytest.fixture
+def trip() -> dict:
+    """The trip workflow of tests/trips.py, each booking undone by a compensation; its log."""
+    return register_trips()
 
 
 @pytest.fixture

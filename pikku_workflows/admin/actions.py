@@ -122,6 +122,10 @@ class OperationForm(forms.Form):
         self, *args: Any, operation: Operation, steps: Sequence[str] = (), **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        for flag in operation.engine_rule.flags:
+            self.fields[flag.name] = forms.BooleanField(
+                required=False, label=flag.label, help_text=flag.help
+            )
         if operation.forks:
             self.fields["from_step"] = forms.ChoiceField(
                 label="Execute again from step",
@@ -232,6 +236,7 @@ class RunOperationsAdmin(admin.ModelAdmin):
         options = {"by": request.user, "reason": data.get("reason", "")}
         if operation.forks:
             options["from_step"] = data["from_step"]
+        options |= {flag.name: data.get(flag.name, False) for flag in operation.engine_rule.flags}
         for run in runs:
             problem = operation.ineligibility(run.status)
             if problem is not None:

@@ -13,7 +13,7 @@ from ..querysets import RunLevel
 from ..status import ApprovalStatus, Compensation, RunStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
 from ..waiting import WaitingKind, kinds_carrying
-from .engine_internals import OPERATION_RULES, SHOWN_STEP_STATUSES
+from .engine_internals import OPERATION_RULES, SHOWN_STEP_STATUSES, Rule
 
 MAX_REASON = REASON_MAX_LENGTH
 MAX_KEY = KEY_MAX_LENGTH
@@ -59,6 +59,18 @@ class OperationSerializer(serializers.Serializer):
         max_length=MAX_REASON,
         help_text="Recorded in the audit trail with your username.",
     )
+
+
+def operation_serializer(rule: Rule) -> type[serializers.Serializer]:
+    """The body of `POST runs/{id}/<action>/`: the reason, and the operation's yes/no flags."""
+    if not rule.flags:
+        return OperationSerializer
+    fields = {
+        flag.name: serializers.BooleanField(required=False, default=False, help_text=flag.help)
+        for flag in rule.flags
+    }
+    name = f"{rule.action.capitalize()}OperationSerializer"
+    return type(name, (OperationSerializer,), fields)
 
 
 class ForkSerializer(OperationSerializer):

@@ -62,7 +62,6 @@ from .serializers import (
     EventsQuerySerializer,
     ForkSerializer,
     ListQuerySerializer,
-    OperationSerializer,
     RunListItemSerializer,
     RunStateSerializer,
     RunSummarySerializer,
@@ -70,6 +69,7 @@ from .serializers import (
     StartRunSerializer,
     StateQuerySerializer,
     TimelineEventSerializer,
+    operation_serializer,
 )
 from .stream_slots import stream_slots
 
@@ -230,16 +230,19 @@ def operation_route(rule: Rule) -> Callable[..., Response]:
     """`POST runs/{id}/<action>/` for a bulk operation of the table: its function on the run,
     answering the run's summary. (Fork, which takes a step and starts a run, has its own.)"""
 
+    body_serializer = operation_serializer(rule)
+
     def operate(self: RunViewSet, request: Request, pk: str) -> Response:
         run_id = self.run_id()
-        body = validated(OperationSerializer, request.data)
-        return Response(rule.function(run_id, reason=body["reason"], by=request.user))
+        body = validated(body_serializer, request.data)
+        flags = {flag.name: body[flag.name] for flag in rule.flags}
+        return Response(rule.function(run_id, reason=body["reason"], by=request.user, **flags))
 
     operate.__name__ = operate.__qualname__ = rule.action
     route = action(detail=True, methods=["post"])(operate)
     return documented(
         parameters=[RUN_ID],
-        request=OperationSerializer,
+        request=body_serializer,
         responses={200: RunSummarySerializer, **errors(400, 403, 404, 409, 413)},
     )(route)
 

@@ -52,6 +52,17 @@ OPERATION_TRIES = 3
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A yes/no option an operation's function takes by `name` (False unless asked for): the
+    admin's confirmation page shows it as a checkbox, the API's route as a boolean in its body,
+    the `pikku` command as `--<name>`."""
+
+    name: str
+    label: str
+    help: str
+
+
+@dataclass(frozen=True)
 class Rule:
     """An operator action as every adapter offers it: the engine `function` that does it, the
     model `permission` (codename) it needs, and its status rule: it takes a run in one of
@@ -60,7 +71,7 @@ class Rule:
 
     A `bulk` operation's function takes `(run_id, *, reason, by)` and returns the run's summary,
     so it applies to many runs at once; the one that is not (fork) also takes a step key and
-    returns the new run's id.
+    returns the new run's id. Its `flags` are the yes/no options its function also takes.
     """
 
     action: str
@@ -71,6 +82,7 @@ class Rule:
     permission: str
     bulk: bool = True
     caution: str = ""
+    flags: tuple[Flag, ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -242,9 +254,17 @@ CANCEL = Rule(
     "cancelled",
     cancel_run,
     "cancel_workflowrun",
-    caution="Completed steps are not compensated: no on_error handler runs and what they did "
-    "stays done. A step running now finishes, but the run does not go on, and its child runs "
-    "are cancelled too.",
+    caution="Unless you ask for compensation, completed steps are not undone: no on_error "
+    "handler runs and what they did stays done. A step running now finishes, but the run does "
+    "not go on, and its child runs are cancelled too.",
+    flags=(
+        Flag(
+            "compensate",
+            "Undo completed steps first",
+            "Runs the compensations of its succeeded steps (their step function's compensate=), "
+            "latest first, as durable steps; the run ends cancelled once they succeed.",
+        ),
+    ),
 )
 SUSPEND = Rule(
     "suspend",

@@ -64,6 +64,8 @@ class Command(BaseCommand):
             sub.add_argument("--reason", default="", required=rule.target in STOPPED)
             if not rule.bulk:
                 sub.add_argument("--from-step", required=True, metavar="KEY")
+            for flag in rule.flags:
+                sub.add_argument(f"--{flag.name}", action="store_true", help=flag.help)
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", help="print JSON")
 
@@ -147,7 +149,8 @@ class Command(BaseCommand):
         run_id = _run_id(run)
         user = _operator(as_user, rule)
         if rule.bulk:
-            summary = rule.function(run_id, by=user, reason=reason)
+            flags = {flag.name: options[flag.name] for flag in rule.flags}
+            summary = rule.function(run_id, by=user, reason=reason, **flags)
             message = f"Run {run_id} is {summary['status']} ({rule.action} as {as_user})."
         else:
             new_id = rule.function(run_id, from_step=options["from_step"], by=user, reason=reason)
