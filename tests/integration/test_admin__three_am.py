@@ -220,12 +220,14 @@ def test_fork__of_a_completed_run_defaults_to_its_last_step(admin_client, shop):
     assert response.context["fork"]["again"] == ["ship"]
 
 
-def test_cancel__the_confirmation_says_completed_steps_are_not_compensated(admin_client, shop):
+def test_cancel__the_confirmation_says_completed_steps_stay_done_unless_compensated(
+    admin_client, shop
+):
     run = shop.start(sleep="1h")
 
     content = admin_client.get(operation_url(run, "cancel")).content.decode()
 
-    assert "Completed steps are not compensated" in content
+    assert "Unless you ask for compensation, completed steps are not undone" in content
 
 
 def test_auto_refresh__offered_on_the_list_and_live_run_pages_only(admin_client, shop):

@@ -96,7 +96,7 @@ def test_table__a_new_row_becomes_a_pikku_verb_calling_its_function(
         return {**pw.get_run_status(run_id), "status": "paused"}
 
     pause = dataclasses.replace(
-        CANCEL, action="pause", function=pause_run, permission="pause_workflowrun"
+        CANCEL, action="pause", function=pause_run, permission="pause_workflowrun", flags=()
     )
     monkeypatch.setitem(OPERATION_RULES, "pause", pause)
 
