@@ -71,8 +71,9 @@ def purge_runs(
     past TOMBSTONE_DAYS. `dry_run` deletes nothing and counts what would go.
 
     Returns `{"runs", "rows": {model name: n}, "batches", "skipped", "tombstones_expired",
-    "busy"}`: `skipped` trees were kept (held, still going, or a row another transaction
-    held); `busy` is True when another purge held the purger's lock and this one stopped.
+    "busy", "more"}`: `skipped` trees were kept (held, still going, or a row another
+    transaction held); `busy` is True when another purge held the purger's lock and this one
+    stopped; `more` when `max_seconds` ran out first.
     """
     try:
         older_than_ms = parse_duration(older_than, what="older_than")
@@ -143,13 +144,23 @@ class _DryRun(Exception):
 def _purge(
     cutoffs: list[Cutoff], batch: int, max_seconds: float | None, dry_run: bool
 ) -> dict[str, Any]:
-    counts: dict[str, Any] = {"runs": 0, "rows": {}, "batches": 0, "skipped": 0, "busy": False}
+    counts: dict[str, Any] = {
+        "runs": 0,
+        "rows": {},
+        "batches": 0,
+        "skipped": 0,
+        "busy": False,
+        "more": False,
+    }
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     purgeable = Q()
     for cutoff in cutoffs:
         purgeable |= cutoff.runs()
     after: tuple[Any, Any] | None = None
-    while deadline is None or time.monotonic() < deadline:
+    while True:
+        if deadline is not None and time.monotonic() >= deadline:
+            counts["more"] = True
+            break
         outcome = _purge_batch(purgeable, after, batch, dry_run)
         if outcome is None:
             counts["busy"] = True
