@@ -16,6 +16,8 @@ from .runs import checked_user
 
 HOLD = "hold"
 RELEASE = "release"
+# The model permission (codename) holding and releasing need, wherever an adapter offers them.
+HOLD_PERMISSION = "hold_workflowrun"
 
 
 def hold_run(run_id: Any, *, hold: bool = True, reason: str = "", by: Any = None) -> dict[str, Any]:
