@@ -71,9 +71,10 @@ def purge_runs(
     past TOMBSTONE_DAYS. `dry_run` deletes nothing and counts what would go.
 
     Returns `{"runs", "rows": {model name: n}, "batches", "skipped", "tombstones_expired",
-    "busy", "more"}`: `skipped` trees were kept (held, still going, or a row another
-    transaction held); `busy` is True when another purge held the purger's lock and this one
-    stopped; `more` when `max_seconds` ran out first.
+    "busy", "more", "longest_batch_ms"}`: `skipped` trees were kept (held, still going, or a
+    row another transaction held); `busy` is True when another purge held the purger's lock and
+    this one stopped; `more` when `max_seconds` ran out first; `longest_batch_ms` is the longest
+    any batch's transaction held its locks (what PURGE_BATCH trades against runs per second).
     """
     try:
         older_than_ms = parse_duration(older_than, what="older_than")
@@ -151,6 +152,7 @@ def _purge(
         "skipped": 0,
         "busy": False,
         "more": False,
+        "longest_batch_ms": 0.0,
     }
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     purgeable = Q()
@@ -161,7 +163,9 @@ def _purge(
         if deadline is not None and time.monotonic() >= deadline:
             counts["more"] = True
             break
+        began = time.monotonic()
         outcome = _purge_batch(purgeable, after, batch, dry_run)
+        batch_ms = (time.monotonic() - began) * 1000
         if outcome is None:
             counts["busy"] = True
             break
@@ -169,6 +173,7 @@ def _purge(
         if not taken:
             break
         counts["batches"] += 1
+        counts["longest_batch_ms"] = max(counts["longest_batch_ms"], batch_ms)
         counts["skipped"] += skipped
         counts["runs"] += rows.get("workflowrun", 0)
         for name, count in rows.items():

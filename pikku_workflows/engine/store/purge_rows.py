@@ -54,6 +54,15 @@ class PurgePlan:
     def references(self) -> tuple[Reference, ...]:
         return (*self.cascades, *self.clears)
 
+    @property
+    def leaves(self) -> frozenset[type[Model]]:
+        """The tables whose rows no key names: deleted by their own keys, never read."""
+        named = {reference.target for reference in self.references}
+        return frozenset(model for model in self.doomed if model not in named)
+
+    def cascades_of(self, model: type[Model]) -> list[Reference]:
+        return [reference for reference in self.cascades if reference.model is model]
+
 
 @cache
 def purge_plan() -> PurgePlan:
@@ -120,15 +129,38 @@ def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
     plan = purge_plan()
     doomed: dict[type[Model], set[Any]] = {WorkflowRun: {row["id"] for row in runs}}
     for model in plan.doomed[1:]:
-        doomed[model] = set()
-        for reference in plan.cascades:
-            if reference.model is model:
+        if model not in plan.leaves:
+            doomed[model] = set()
+            for reference in plan.cascades_of(model):
                 doomed[model] |= _referencing(reference, doomed[reference.target])
     for reference in plan.clears:
-        staying = _referencing(reference, doomed[reference.target]) - doomed.get(
-            reference.model, set()
+        naming = _referencing(reference, doomed[reference.target])
+        staying = naming - doomed.get(reference.model, set())
+        _clear(reference, staying)
+    _write_tombstones(runs)
+    deleted: dict[str, int] = {}
+    for model in reversed(plan.doomed):
+        if model in plan.leaves:
+            # Nothing names a leaf's rows: delete them by their keys, never reading them.
+            count = sum(
+                _run("delete_referencing", model, doomed[ref.target], by=ref)
+                for ref in plan.cascades_of(model)
+            )
+        else:
+            count = _run("delete_rows", model, doomed[model])
+        deleted[model._meta.model_name or ""] = count
+    return deleted
+
+
+def _clear(reference: Reference, staying: set[Any]) -> None:
+    """Rows (ids `staying`) that outlive the purge stop naming purged rows by `reference`."""
+    if staying:
+        reference.model._base_manager.filter(pk__in=staying).update(
+            **{reference.field.attname: None}
         )
-        _execute("clear_references", reference.model, staying, column=reference.field.column)
+
+
+def _write_tombstones(runs: list[dict[str, Any]]) -> None:
     WorkflowRunTombstone.objects.bulk_create(
         WorkflowRunTombstone(
             id=row["id"],
@@ -142,50 +174,46 @@ def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
         )
         for row in runs
     )
-    for model in reversed(plan.doomed):
-        _execute("delete_rows", model, doomed[model])
-    return {model._meta.model_name or "": len(doomed[model]) for model in plan.doomed}
 
 
 def _referencing(reference: Reference, ids: set[Any]) -> set[Any]:
     """The primary keys of the rows of `reference.model` naming one of `ids` by its key."""
-    if not ids:
-        return set()
     pk = reference.model._meta.pk
     assert pk is not None
+    if not ids:
+        return set()
     with connection.cursor() as cursor:
-        _run(cursor, "referencing_rows", reference.model, ids, reference.target, reference.field)
+        cursor.execute(*_statement("referencing_rows", reference.model, ids, reference))
         return {pk.to_python(value) for (value,) in cursor.fetchall()}
 
 
-def _execute(block: str, model: type[Model], ids: set[Any], column: str | None = None) -> None:
+def _run(block: str, model: type[Model], ids: set[Any], by: Reference | None = None) -> int:
+    """Run `block` over the rows of `model` named by `ids` (their primary keys; with `by`, the
+    ids of the rows that key names); returns how many rows it changed."""
     if not ids:
-        return
+        return 0
     with connection.cursor() as cursor:
-        _run(cursor, block, model, ids, model, None, column=column)
+        cursor.execute(*_statement(block, model, ids, by))
+        return int(cursor.rowcount)
 
 
-def _run(
-    cursor: Any,
-    block: str,
-    model: type[Model],
-    ids: Iterable[Any],
-    ids_of: type[Model],
-    by: models.Field[Any, Any] | None,
-    column: str | None = None,
-) -> None:
+def _statement(
+    block: str, model: type[Model], ids: set[Any], by: Reference | None
+) -> tuple[str, dict[str, Any]]:
+    """`block` for `model`: `{column}` is `by`'s key (or the primary key), `%(ids)s` the ids
+    of the rows `by` names (or of `model`'s own rows)."""
     pk = model._meta.pk
     assert pk is not None and pk.column is not None
-    by_column = by.column if by is not None else column
+    column = by.field.column if by is not None else pk.column
     sql = BLOCKS[block].body.format_map(
         {
             "table": quoted_table(model),
             "pk": connection.ops.quote_name(pk.column),
-            "column": connection.ops.quote_name(by_column or pk.column),
+            "column": connection.ops.quote_name(column),
             "among_ids": AMONG_IDS[connection.vendor],
         }
     )
-    cursor.execute(sql, {"ids": _ids_parameter(ids_of, ids)})
+    return sql, {"ids": _ids_parameter(by.target if by is not None else model, ids)}
 
 
 def _ids_parameter(model: type[Model], ids: Iterable[Any]) -> Any:

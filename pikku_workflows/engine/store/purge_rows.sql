@@ -7,9 +7,9 @@
 -- leads with {column}: the purge's tests check each).
 SELECT {pk} FROM {table} WHERE {column} {among_ids}
 
--- name: clear_references
--- Rows of {table} that outlive the purge (ids %(ids)s) stop naming a purged row by {column}.
-UPDATE {table} SET {column} = NULL WHERE {pk} {among_ids}
+-- name: delete_referencing
+-- The rows of {table} whose {column} is one of %(ids)s, gone (rows no key names).
+DELETE FROM {table} WHERE {column} {among_ids}
 
 -- name: delete_rows
 -- The rows of {table} with the ids %(ids)s, gone.
