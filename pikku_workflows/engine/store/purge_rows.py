@@ -124,40 +124,43 @@ def _cascade_order(
 def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
     """Inside a transaction holding the rows of `runs` (as `claims.lock_purgeable_runs_txn`
     reads them): their tombstones written, every row the plan takes with them deleted, keys
-    naming them from rows that stay cleared. Returns the rows deleted, by model name."""
+    naming them from rows that stay cleared. Returns the rows deleted, by model name.
+
+    Parents go first, each table's delete returning the ids its children are found by (the
+    foreign keys are checked at commit, when none of them is left); a table whose rows no key
+    names is deleted without returning anything. Clears come last: only rows that stay still
+    name a purged row then."""
     assert transaction.get_connection().in_atomic_block
     plan = purge_plan()
-    doomed: dict[type[Model], set[Any]] = {WorkflowRun: {row["id"] for row in runs}}
-    for model in plan.doomed[1:]:
-        if model not in plan.leaves:
-            doomed[model] = set()
-            for reference in plan.cascades_of(model):
-                doomed[model] |= _referencing(reference, doomed[reference.target])
-    for reference in plan.clears:
-        naming = _referencing(reference, doomed[reference.target])
-        staying = naming - doomed.get(reference.model, set())
-        _clear(reference, staying)
     _write_tombstones(runs)
-    deleted: dict[str, int] = {}
-    for model in reversed(plan.doomed):
-        if model in plan.leaves:
-            # Nothing names a leaf's rows: delete them by their keys, never reading them.
-            count = sum(
-                _run("delete_referencing", model, doomed[ref.target], by=ref)
-                for ref in plan.cascades_of(model)
-            )
-        else:
-            count = _run("delete_rows", model, doomed[model])
-        deleted[model._meta.model_name or ""] = count
-    return deleted
+    doomed: dict[type[Model], set[Any]] = {WorkflowRun: {row["id"] for row in runs}}
+    deleted: dict[type[Model], int] = {
+        WorkflowRun: _run("delete_rows", WorkflowRun, doomed[WorkflowRun])
+    }
+    for model in plan.doomed[1:]:
+        doomed[model], deleted[model] = set(), 0
+        for reference in plan.cascades_of(model):
+            ids = doomed[reference.target]
+            if model in plan.leaves:
+                deleted[model] += _run("delete_naming", model, ids, reference)
+            else:
+                gone = _deleted_naming(reference, ids)
+                doomed[model] |= gone
+                deleted[model] += len(gone)
+    for reference in plan.clears:
+        _run("clear_naming", reference.model, doomed[reference.target], reference)
+    return {model._meta.model_name or "": count for model, count in deleted.items()}
 
 
-def _clear(reference: Reference, staying: set[Any]) -> None:
-    """Rows (ids `staying`) that outlive the purge stop naming purged rows by `reference`."""
-    if staying:
-        reference.model._base_manager.filter(pk__in=staying).update(
-            **{reference.field.attname: None}
-        )
+def _deleted_naming(reference: Reference, ids: set[Any]) -> set[Any]:
+    """Delete the rows naming one of `ids` by `reference`; returns their primary keys."""
+    pk = reference.model._meta.pk
+    assert pk is not None
+    if not ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(*_statement("delete_naming_returning", reference.model, ids, reference))
+        return {pk.to_python(value) for (value,) in cursor.fetchall()}
 
 
 def _write_tombstones(runs: list[dict[str, Any]]) -> None:
@@ -174,17 +177,6 @@ def _write_tombstones(runs: list[dict[str, Any]]) -> None:
         )
         for row in runs
     )
-
-
-def _referencing(reference: Reference, ids: set[Any]) -> set[Any]:
-    """The primary keys of the rows of `reference.model` naming one of `ids` by its key."""
-    pk = reference.model._meta.pk
-    assert pk is not None
-    if not ids:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(*_statement("referencing_rows", reference.model, ids, reference))
-        return {pk.to_python(value) for (value,) in cursor.fetchall()}
 
 
 def _run(block: str, model: type[Model], ids: set[Any], by: Reference | None = None) -> int:
