@@ -4,9 +4,9 @@ A purge takes ended root runs whose `finished_at` is older than the cutoff, by t
 clock, in batches of short transactions: each batch holds the purger's lock (one purger at a
 time), takes its runs' rows skipping any another transaction holds (a claim, an operator, a
 fork: never waited for), drops the trees it may not purge (a run still going below, a pending
-approval, a hold (`operations.holds`), a child row it could not take), and deletes the rest with every row naming
-them (`store.purge_rows`), leaving tombstones. A killed purge loses only its open batch, which
-rolls back whole.
+approval, a hold from `operations.holds`, a row it could not take), and deletes the rest with
+every row naming them (`store.purge_rows`), leaving tombstones. A killed purge loses only its
+open batch, which rolls back whole.
 """
 
 from __future__ import annotations
