@@ -28,6 +28,7 @@ from .exceptions import (
     RunCancelled,
     RunFailed,
     RunNotFound,
+    RunPurged,
     RunSuspended,
     RunTimeout,
     SignalForbidden,
@@ -66,6 +67,8 @@ _LAZY = {
     "reassign_approval": "pikku_workflows.engine.operations.approvals",
     "get_approval": "pikku_workflows.engine.operations.approval_reads",
     "send_signal": "pikku_workflows.engine.operations.signals",
+    "purge_runs": "pikku_workflows.engine.operations.purge",
+    "hold_run": "pikku_workflows.engine.operations.holds",
 }
 
 
@@ -90,6 +93,7 @@ __all__ = [
     "RunCancelled",
     "RunFailed",
     "RunNotFound",
+    "RunPurged",
     "RunSuspended",
     "RunTimeout",
     "SignalForbidden",
@@ -116,6 +120,8 @@ __all__ = [
     "get_run_timeline",
     "graph_workflow",
     "graph_workflow_from_file",
+    "hold_run",
+    "purge_runs",
     "reassign_approval",
     "reconstruct_run_state",
     "recover",

@@ -12,8 +12,10 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from .conf import ON_NON_DETERMINISM_CHOICES, pikku_settings, settings_problems
+from .exceptions import InvalidInput
 from .graph.validation import structure_problems
 from .registry import graph_function_problems, registry
+from .retention import parse_retention
 
 
 @register()
@@ -182,6 +184,20 @@ def check_non_determinism_setting(app_configs: Any = None, **kwargs: Any) -> lis
             id="pikku_workflows.E003",
         )
     ]
+
+
+@register()
+def check_retention_setting(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E007: RETENTION names a status that never ends a run, or a duration that is none (the
+    timer loop then purges nothing by it)."""
+    retention = pikku_settings.RETENTION
+    if retention is None:
+        return []
+    try:
+        parse_retention(retention, what="PIKKU_WORKFLOWS['RETENTION']")
+    except InvalidInput as exc:
+        return [Error(exc.message, hint=SETTINGS_HINT, id="pikku_workflows.E007")]
+    return []
 
 
 @register()

@@ -54,6 +54,15 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_SECONDS": 10,
     # The site's address (e.g. "https://ops.example.com"): log lines link to run pages under it.
     "ADMIN_BASE_URL": None,
+    # How long ended runs are kept, by status (`{"completed": "30d", "failed": "90d"}`); the
+    # timer loop purges older ones. None keeps every run (`manage.py pikku_purge` still works).
+    "RETENTION": None,
+    # Runs a purge deletes per transaction (the longest any of their rows stay locked).
+    "PURGE_BATCH": 1000,
+    # How often the timer loop purges by RETENTION.
+    "PURGE_INTERVAL_SECONDS": 60,
+    # How long a purged run's tombstone answers for it (its idempotency key, RunPurged).
+    "TOMBSTONE_DAYS": 90,
 }
 
 # The types a setting takes where its default cannot tell (a None default; a callable beside a
@@ -64,6 +73,7 @@ SETTING_TYPES: dict[str, tuple[Any, ...]] = {
     "ORCHESTRATOR_QUEUE": (str, NoneType),
     "RUN_QUERYSET_FILTER": (str, Callable, NoneType),
     "ADMIN_BASE_URL": (str, NoneType),
+    "RETENTION": (dict, NoneType),
 }
 
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")

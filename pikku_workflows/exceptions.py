@@ -40,6 +40,16 @@ class RunNotFound(WorkflowError):
         super().__init__(f"No workflow run has the id {run_id!s}.")
 
 
+class RunPurged(RunNotFound):
+    """The run was purged: only its tombstone is left."""
+
+    code = "RUN_PURGED"
+
+    def __init__(self, run_id: object) -> None:
+        self.run_id = run_id
+        WorkflowError.__init__(self, f"The workflow run {run_id!s} was purged (retention).")
+
+
 class InvalidInput(WorkflowError):
     """The input is not valid."""
 

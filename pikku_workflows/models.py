@@ -1,5 +1,6 @@
 """Runs, steps, per-attempt step history, workflow versions, the operator audit trail,
-approvals with their decisions, the signals sent to runs, and the running workers."""
+approvals with their decisions, the signals sent to runs, the running workers, and the
+tombstones purged runs leave."""
 
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ class WorkflowRun(models.Model):
     # Why they are undone: the error the run ends with once they are (its body's failure, or
     # the cancel that asked for it).
     compensation_cause = models.JSONField(null=True, blank=True)
+    # Kept from every purge, whatever its age (`pw.hold_run`): an investigation, a legal hold.
+    retention_hold = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -113,6 +116,12 @@ class WorkflowRun(models.Model):
                 name="pikku_run_running_updated",
                 condition=Q(status="running"),
             ),
+            # A purge takes ended root runs oldest first, in (finished_at, id) batches.
+            models.Index(
+                fields=["finished_at", "id"],
+                name="pikku_run_purgeable",
+                condition=Q(parent_run__isnull=True, finished_at__isnull=False),
+            ),
         ]
         permissions = [
             ("cancel_workflowrun", "Can cancel workflow runs"),
@@ -121,6 +130,7 @@ class WorkflowRun(models.Model):
             ("retry_workflowrun", "Can retry workflow runs"),
             ("fork_workflowrun", "Can fork workflow runs"),
             ("signal_workflowrun", "Can send signals to workflow runs"),
+            ("hold_workflowrun", "Can hold workflow runs from purges and release them"),
         ]
 
     def __str__(self) -> str:
@@ -463,3 +473,37 @@ class WorkflowWorker(models.Model):
 
     def __str__(self) -> str:
         return f"pikku_worker {self.pid} on {self.host} ({self.cluster})"
+
+
+class WorkflowRunTombstone(models.Model):
+    """What is left of a purged run for TOMBSTONE_DAYS: a start with its idempotency key
+    answers with its id, and reading it says it was purged (`RunPurged`), not that it never
+    was."""
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    workflow = models.CharField(max_length=NAME_MAX_LENGTH)
+    status = models.CharField(max_length=16, choices=RunStatus.choices)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    idempotency_scope = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
+    # Who may still be told it was purged (the API answers others as if it never was).
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    purged_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-purged_at"]
+        indexes = [
+            # A start with an idempotency key looks for the purged run it names.
+            models.Index(
+                fields=["workflow", "idempotency_scope", "idempotency_key"],
+                name="pikku_tombstone_idempotency",
+                condition=Q(idempotency_key__isnull=False),
+            ),
+            # Tombstones past TOMBSTONE_DAYS go, oldest first.
+            models.Index(fields=["purged_at"], name="pikku_tombstone_purged_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} (purged)"

@@ -20,6 +20,7 @@ from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
+from .retention import parse_retention
 from .step_keys import RESERVED_KEY_CHARACTERS
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
@@ -74,6 +75,9 @@ class WorkflowDefinition:
     # What the body calls that a replay would see differently (read from its source when it
     # registers; `manage.py check` warns of each).
     nondeterminism: tuple[Finding, ...] = ()
+    # How long its ended runs are kept, by status, in ms (`retention=`); the statuses it does
+    # not name follow the RETENTION setting.
+    retention: Mapping[str, int] = field(default_factory=dict)
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -186,10 +190,15 @@ registry = Registry()
 
 
 def workflow(
-    name: str, *, planned_steps: Iterable[str] | None = None
+    name: str,
+    *,
+    planned_steps: Iterable[str] | None = None,
+    retention: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `func(wf, input)` as the workflow `name`."""
+    """Register `func(wf, input)` as the workflow `name`. `retention` (`{"completed": "14d"}`)
+    is how long its ended runs are kept, by status, before the timer loop purges them."""
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
+    kept = parse_retention(retention, what=f"{name!r} retention") if retention is not None else {}
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -203,6 +212,7 @@ def workflow(
                 WORKFLOW_KIND_DSL,
                 code_fingerprint(func),
                 nondeterminism=findings,
+                retention=kept,
             )
         )
         return func

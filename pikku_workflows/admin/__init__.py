@@ -1,5 +1,5 @@
 """The pikku_workflows admin: runs (list, run page, operator actions, starting a run), the
-approvals inbox, versions, the audit log, the workers, and `WorkflowRunInline` for a host
+approvals inbox, versions, the audit log, the workers, the tombstones of purged runs, and `WorkflowRunInline` for a host
 model's own admin.
 
 Only the engine writes runs and steps: nothing here can add, edit or delete them, and operator
@@ -18,6 +18,7 @@ from .records import (
     WorkflowRunInline,
     WorkflowVersionAdmin,
 )
+from .retention import RunHoldsAdmin, WorkflowRunTombstoneAdmin
 from .runs import WorkflowRunAdmin
 from .start import StartRunAdmin
 from .workers import WorkflowWorkerAdmin
@@ -26,12 +27,14 @@ __all__ = [
     "OPERATIONS",
     "Operation",
     "ReadOnlyAdminMixin",
+    "RunHoldsAdmin",
     "RunOperationsAdmin",
     "StartRunAdmin",
     "WorkflowApprovalAdmin",
     "WorkflowAuditEntryAdmin",
     "WorkflowRunAdmin",
     "WorkflowRunInline",
+    "WorkflowRunTombstoneAdmin",
     "WorkflowVersionAdmin",
     "WorkflowWorkerAdmin",
     "format_duration",

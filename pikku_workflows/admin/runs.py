@@ -52,6 +52,7 @@ from .filters import (
     WaitingOnFilter,
 )
 from .records import ReadOnlyAdminMixin
+from .retention import RunHoldsAdmin
 from .run_approvals import AwaitingApprovalFilter
 from .run_page import run_page_context
 from .start import StartRunAdmin
@@ -82,6 +83,7 @@ RUN_SUMMARY_FIELDS = (
     "reason_display",
     "error_display",
     "compensation_display",
+    "held",
     "progress",
     "started_at",
     "finished",
@@ -184,7 +186,7 @@ class WorkflowRunChangeList(ChangeList):
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
+class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOperationsAdmin):
     # Five columns, two lines in some, so that all of them fit a laptop beside the filters.
     list_display = ("short_id", "status_column", "workflow_column", "started", "now_column")
     list_filter = (
@@ -198,6 +200,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
         VersionFilter,
         ("created_at", StartedFilter),
     )
+    actions = (*RunOperationsAdmin.actions, "hold_runs", "release_runs")
     search_fields = ("workflow", "input")
     search_help_text = "A workflow name, text in the input, or a run id (in full or its start)."
     fieldsets = (
@@ -222,6 +225,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
             "reason_display": not (obj.error and stopped),
             "error_display": not obj.error or stopped,
             "compensation_display": obj.compensation is None,
+            "held": not obj.retention_hold,
             "finished": obj.finished_at is None,
             "started_by": obj.started_by_id is None,
             "subject_link": obj.subject_type_id is None,
@@ -521,6 +525,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
             status_badge(run.compensation, run.get_compensation_display()),
             f"undoing the steps for: {cause}" if cause else "",
         )
+
+    @admin.display(description="retention")
+    def held(self, run: WorkflowRun) -> str:
+        return "Held: never purged until released" if run.retention_hold else ""
 
     @admin.display(description="reason")
     def reason_display(self, run: WorkflowRun) -> SafeString | str:

@@ -3,7 +3,7 @@ so that an engine rename is a one-line change: the start that says whether it cr
 (201 or 200), the summary builder (one run's summary from rows read in bulk, for the list, and
 the step statuses it shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
-the `pikku` command offer them too), the approvals' reads (one approval as a dict from
+the `pikku` command offer them too) and the retention holds' permission, the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
 them), and which runs changed since a live event stream last read them."""
 
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
+from ..engine.operations.holds import HOLD, HOLD_PERMISSION, RELEASE
 from ..engine.operations.reads import SHOWN_STEP_STATUSES, summarize
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 
 __all__ = [
+    "HOLD",
+    "HOLD_PERMISSION",
     "OPERATION_RULES",
+    "RELEASE",
     "SHOWN_STEP_STATUSES",
     "Rule",
     "RunMark",

@@ -28,7 +28,7 @@ import pikku_workflows as pw
 
 from ..approvals.policy import DECIDE_PERMISSION, REASSIGN_PERMISSION
 from ..conf import pikku_settings
-from ..models import WorkflowApproval, WorkflowRun
+from ..models import WorkflowApproval, WorkflowRun, WorkflowRunTombstone
 from .engine_internals import visible_to
 
 
@@ -103,11 +103,25 @@ def run_uuid(run_id: Any) -> uuid.UUID:
 
 
 def visible_run_id(request: Request, run_id: Any) -> uuid.UUID:
-    """The id of a run this user may read (`RunNotFound` for any other: 404, never 403)."""
+    """The id of a run this user may read (`RunNotFound` for any other: 404, never 403;
+    `RunPurged`, 410, for a purged one they could have read)."""
     pk = run_uuid(run_id)
     if not visible_runs(request).filter(pk=pk).exists():
-        raise pw.RunNotFound(pk)
+        raise pw.RunPurged(pk) if purged_run_visible(request, pk) else pw.RunNotFound(pk)
     return pk
+
+
+def purged_run_visible(request: Request, pk: Any) -> bool:
+    """Whether this user may be told the run was purged: its starter, or a holder of
+    `view_workflowrun`. Not where the host narrows runs (RUN_QUERYSET_FILTER): its hook judges
+    runs, not tombstones, so a purged run is a 404 there like any run not yours."""
+    user = request.user
+    if pikku_settings.RUN_QUERYSET_FILTER or not user.is_authenticated:
+        return False
+    tombstones = WorkflowRunTombstone.objects.filter(pk=pk)
+    if not user.has_perm(run_permission("view")):
+        tombstones = tombstones.filter(started_by=user.pk)
+    return tombstones.exists()
 
 
 class RunPermission(IsAuthenticated):

@@ -77,6 +77,10 @@ RUN_ERRORS: dict[int, tuple[type, str]] = {
         "WORKFLOW_NOT_FOUND, RUN_NOT_FOUND (or not yours to see), NOT_FOUND.",
     ),
     409: (ErrorSerializer, "INVALID_TRANSITION, IDEMPOTENCY_CONFLICT."),
+    410: (
+        ErrorSerializer,
+        "RUN_PURGED: the run was purged (retention); only its tombstone is left.",
+    ),
     413: (ErrorSerializer, "PAYLOAD_TOO_LARGE: the body is over MAX_PAYLOAD_BYTES."),
 }
 

@@ -35,7 +35,15 @@ import pikku_workflows as pw
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ..registry import WorkflowDefinition, registry
 from . import bulk
-from .engine_internals import OPERATION_RULES, Rule, start_run, summarize
+from .engine_internals import (
+    HOLD,
+    HOLD_PERMISSION,
+    OPERATION_RULES,
+    RELEASE,
+    Rule,
+    start_run,
+    summarize,
+)
 from .errors import exception_handler
 from .events import (
     EventStreamRenderer,
@@ -47,7 +55,13 @@ from .events import (
 from .filters import BULK_FILTERS, RunFilterSet, RunListFilterSet, filters_from_body
 from .pagination import RunCursorPagination
 from .parsers import StrictJSONParser
-from .permissions import RunPermission, idempotency_scope, visible_run_id, visible_runs
+from .permissions import (
+    RunPermission,
+    idempotency_scope,
+    purged_run_visible,
+    visible_run_id,
+    visible_runs,
+)
 from .schema import SIGNAL_ERRORS, documented, errors
 from .serializers import (
     BULK_OPTIONS,
@@ -62,6 +76,7 @@ from .serializers import (
     EventsQuerySerializer,
     ForkSerializer,
     ListQuerySerializer,
+    OperationSerializer,
     RunListItemSerializer,
     RunStateSerializer,
     RunSummarySerializer,
@@ -176,7 +191,7 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         responses={
             201: RunSummarySerializer,
             200: OpenApiResponse(RunSummarySerializer, description="The idempotency key's run."),
-            **errors(400, 404, 409, 413),
+            **errors(400, 404, 409, 410, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -192,6 +207,8 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
             scope=idempotency_scope(request) if key is not None else "",
         )
         if not created and not visible_runs(request).filter(pk=run_id).exists():
+            if purged_run_visible(request, run_id):
+                raise pw.RunPurged(run_id)
             # The key names a run this user may not see: saying so would show it.
             raise pw.IdempotencyConflict(name, key)
         summary = pw.get_run_status(run_id)
@@ -243,7 +260,7 @@ def operation_route(rule: Rule) -> Callable[..., Response]:
     return documented(
         parameters=[RUN_ID],
         request=body_serializer,
-        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409, 413)},
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 409, 410, 413)},
     )(route)
 
 
@@ -278,6 +295,8 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         return visible_runs(self.request)
 
     def required_permission(self) -> str | None:
+        if self.action in (HOLD, RELEASE):
+            return HOLD_PERMISSION
         # A run's operation routes are named after their row of the operations table.
         rule = OPERATION_RULES.get(self.action or "")
         if self.action == "bulk":
@@ -318,12 +337,13 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         groups = list(runs.values(*group_by).annotate(count=Count("pk")).order_by(*group_by))
         return Response({"total": sum(group["count"] for group in groups), "groups": groups})
 
-    @documented(parameters=[RUN_ID], responses={200: RunSummarySerializer, **errors(404)})
+    @documented(parameters=[RUN_ID], responses={200: RunSummarySerializer, **errors(404, 410)})
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(pw.get_run_status(self.run_id()))
 
     @documented(
-        parameters=[RUN_ID], responses={200: TimelineEventSerializer(many=True), **errors(404)}
+        parameters=[RUN_ID],
+        responses={200: TimelineEventSerializer(many=True), **errors(404, 410)},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=())
     def timeline(self, request: Request, pk: str) -> Response:
@@ -331,7 +351,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
 
     @documented(
         parameters=[RUN_ID, StateQuerySerializer],
-        responses={200: RunStateSerializer, **errors(400, 404)},
+        responses={200: RunStateSerializer, **errors(400, 404, 410)},
     )
     @action(detail=True, methods=["get"])
     def state(self, request: Request, pk: str) -> Response:
@@ -357,12 +377,12 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 "event (`id:` its seq), then `end` (the final summary) once the run has ended. "
                 "A comment line every 15 s keeps the connection open.",
             ),
-            **errors(400, 404),
+            **errors(400, 404, 410),
             **{
                 (status, EventStreamRenderer.media_type): OpenApiResponse(
                     SSE_EVENT, description="The error as one `error` event (data: the JSON error)."
                 )
-                for status in (400, 401, 403, 404)
+                for status in (400, 401, 403, 404, 410)
             },
         },
     )
@@ -384,7 +404,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         request=ForkSerializer,
         responses={
             200: OpenApiResponse(RunSummarySerializer, description="The new run's summary."),
-            **errors(400, 403, 404, 409, 413),
+            **errors(400, 403, 404, 409, 410, 413),
         },
     )
     @action(detail=True, methods=["post"])
@@ -407,7 +427,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 description="Delivered to the wait for it, or kept until one is reached; the "
                 "run's summary.",
             ),
-            **errors(400, 403, 404, 409, 413, described=SIGNAL_ERRORS),
+            **errors(400, 403, 404, 409, 410, 413, described=SIGNAL_ERRORS),
         },
     )
     # Any name `wf.wait_for_signal` may wait for (slashes and line breaks too) reaches the
@@ -423,6 +443,33 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         body = validated(SignalSerializer, request.data)
         summary = pw.send_signal(run_id, name, body["payload"], by=request.user)
         return Response(summary, status=status.HTTP_202_ACCEPTED)
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 410, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str) -> Response:
+        """Keep the run (and its child runs) from every purge, whatever its age, until it is
+        released (needs `hold_workflowrun`); audited `hold`. Holding a held run changes nothing."""
+        return self._hold(request, hold=True)
+
+    @documented(
+        parameters=[RUN_ID],
+        request=OperationSerializer,
+        responses={200: RunSummarySerializer, **errors(400, 403, 404, 410, 413)},
+    )
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str) -> Response:
+        """Let purges take the run again once it is old enough (needs `hold_workflowrun`);
+        audited `release`."""
+        return self._hold(request, hold=False)
+
+    def _hold(self, request: Request, *, hold: bool) -> Response:
+        run_id = self.run_id()
+        body = validated(OperationSerializer, request.data)
+        return Response(pw.hold_run(run_id, hold=hold, reason=body["reason"], by=request.user))
 
     @documented(
         parameters=[

@@ -16,6 +16,7 @@ operations, what adapters call:
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
   statuses), from which the admin, the API and the `pikku` command offer them.
+- `operations.holds`: `hold_run`: a hold keeps a run from every purge until it is released.
 - `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.
@@ -27,6 +28,8 @@ operations, what adapters call:
   (which reports failures to the outage log, `pikku_workflows.outages`).
 - `operations.replay_check`: replaying stored histories against the current code, running no
   step (`manage.py pikku_replay_check`).
+- `operations.purge`: retention: purging ended runs in short batches (`purge_runs`, and the
+  timer loop's purge by RETENTION).
 - `operations.timers`: due timers (sleeps, retry backoffs, deadlines, reminders) fired and
   dispatched.
 
@@ -79,6 +82,9 @@ store, the tables:
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
+- `store.purge_rows`: a purge's writes: every row naming a purged run through a foreign key
+  (the plan read from the models' `_meta`) deleted or its key cleared, tombstones written
+  (`purge_rows.sql`).
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.tables`: the quoted table and column names the statements use.

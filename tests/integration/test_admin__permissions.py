@@ -55,7 +55,7 @@ def status_of(run: WorkflowRun) -> str:
 
 
 def test_superuser__has_every_action_and_button(admin_client, running, failed):
-    assert action_choices(admin_client) == BULK_ACTIONS
+    assert action_choices(admin_client) == [*BULK_ACTIONS, "hold_runs", "release_runs"]
     assert buttons(admin_client, running) == ["cancel", "suspend"]
     assert buttons(admin_client, failed) == ["retry", "fork"]
 

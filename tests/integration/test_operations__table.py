@@ -48,8 +48,11 @@ def test_table__every_row_is_an_admin_operation_and_every_bulk_row_an_action(adm
 
     assert {name: op.engine_rule for name, op in OPERATIONS.items()} == OPERATION_RULES
     offered = run_admin.get_actions(request)
+    # Holds change no status, so they are no row of the table: their two actions follow it.
     assert [name for name in offered if name != "delete_selected"] == [
-        f"{rule.action}_runs" for rule in BULK_ROWS
+        *(f"{rule.action}_runs" for rule in BULK_ROWS),
+        "hold_runs",
+        "release_runs",
     ]
     for rule in OPERATION_RULES.values():
         reverse("admin:pikku_workflows_workflowrun_operation", args=[uuid.uuid4(), rule.action])

@@ -24,7 +24,6 @@ from ...dispatch import enqueue_orchestration
 from ...exceptions import (
     InvalidInput,
     InvalidTransition,
-    RunNotFound,
     WorkflowCancelled,
     WorkflowDispatchException,
     WorkflowSuspended,
@@ -37,10 +36,11 @@ from ...step_keys import COMPENSATION_SUFFIX, HANDLER_SUFFIX
 from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from ..replay import children
 from ..store.approval_transitions import cancel_pending_approvals_txn
+from ..store.claims import share_run_txn
 from ..store.run_rows import create_run_row
 from ..store.run_transitions import begin_compensation, move_run
 from ..store.step_transitions import create_step_txn, move_step_txn
-from .reads import get_run_status, run_pk
+from .reads import get_run_status, missing_run, run_pk
 from .runs import checked_user
 from .timers import dispatch_woken
 
@@ -201,11 +201,14 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
     checked_text(from_step, "from_step", max_length=KEY_MAX_LENGTH)
     source = WorkflowRun.objects.filter(pk=pk).first()
     if source is None:
-        raise RunNotFound(run_id)
+        raise missing_run(run_id)
     if source.status not in FORK.sources:
         raise InvalidTransition(f"run {pk} ({FORK.action})", source.status, FORK.past)
     reused = _steps_before(pk, from_step)
     with transaction.atomic():
+        # Held while the fork is written: a purge skips the source, or has purged it already.
+        if share_run_txn(pk) is None:
+            raise missing_run(run_id)
         fork = create_run_row(
             source.workflow,
             source.input,
@@ -339,7 +342,7 @@ def _operate(pk: uuid.UUID, rule: Rule, apply_txn: Apply) -> bool:
 def _status_of(pk: uuid.UUID) -> str:
     status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
     if status is None:
-        raise RunNotFound(pk)
+        raise missing_run(pk)
     return status
 
 

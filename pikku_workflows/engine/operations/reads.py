@@ -11,8 +11,14 @@ from typing import Any
 from django.db.models import F, Prefetch
 
 from ...approvals.policy import approval_id_for
-from ...exceptions import RunNotFound
-from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...exceptions import RunNotFound, RunPurged
+from ...models import (
+    WorkflowAuditEntry,
+    WorkflowRun,
+    WorkflowRunTombstone,
+    WorkflowStep,
+    WorkflowStepHistory,
+)
 from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 from ...time_travel import build_timeline, state_at
 from ...waiting import WaitingKind
@@ -29,10 +35,17 @@ def run_pk(run_id: Any) -> uuid.UUID:
         raise RunNotFound(run_id) from None
 
 
+def missing_run(run_id: Any) -> RunNotFound:
+    """The error for a run id that names no run: RunPurged while its tombstone is kept."""
+    if WorkflowRunTombstone.objects.filter(pk=run_pk(run_id)).exists():
+        return RunPurged(run_id)
+    return RunNotFound(run_id)
+
+
 def get_run_status(run_id: Any) -> dict[str, Any]:
     run = WorkflowRun.objects.select_related("started_by").filter(pk=run_pk(run_id)).first()
     if run is None:
-        raise RunNotFound(run_id)
+        raise missing_run(run_id)
     steps = list(
         WorkflowStep.objects.filter(run_id=run.pk)
         .with_clock()
@@ -158,7 +171,7 @@ def get_run_timeline(run_id: Any) -> list[dict[str, Any]]:
     """`[{seq, at, step_key, attempt, event, ...}]`, ordered; see `time_travel` for the keys."""
     pk = run_pk(run_id)
     if not WorkflowRun.objects.filter(pk=pk).exists():
-        raise RunNotFound(run_id)
+        raise missing_run(run_id)
     return _timeline(pk)
 
 
@@ -168,7 +181,7 @@ def reconstruct_run_state(run_id: Any, at: Any = None) -> dict[str, Any]:
     pk = run_pk(run_id)
     status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
     if status is None:
-        raise RunNotFound(run_id)
+        raise missing_run(run_id)
     return state_at(_timeline(pk), at, run_status=status)
 
 

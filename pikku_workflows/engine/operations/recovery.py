@@ -27,6 +27,7 @@ from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
+from .purge import purge_by_retention
 from .timers import dispatch_woken, fire_due_timers
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 BACKOFF_MEMORY = 10_000
 # How long past the next sweep a takeover holds in-place running (the sweep may come late).
 TAKEOVER_MARGIN_SECONDS = 1.0
+# How long one of the timer loop's purges may go on starting batches.
+PURGE_SLICE_SECONDS = 0.5
 
 
 class RedispatchBackoff:
@@ -183,11 +186,36 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
     return count
 
 
+class RetentionPurges:
+    """The timer loop's purges by RETENTION: a short one (PURGE_SLICE_SECONDS of batches) every
+    PURGE_INTERVAL_SECONDS, or at the next recovery interval while runs past due remain, so
+    timers never wait long behind a purge and a backlog still drains."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._next = 0.0
+
+    def purge_when_due(self) -> None:
+        if self._clock() < self._next:
+            return
+        counts = purge_by_retention(max_seconds=PURGE_SLICE_SECONDS)
+        more = counts is not None and counts["more"]
+        self._next = self._clock() + (
+            pikku_settings.RECOVERY_INTERVAL_SECONDS
+            if more
+            else pikku_settings.PURGE_INTERVAL_SECONDS
+        )
+        if counts is not None and counts["runs"]:
+            logger.info("pikku_workflows: retention purged %s runs", counts["runs"])
+
+
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-    """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
-    until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to
-    the outage log and the loop goes on (the database may come back)."""
+    """Fire due timers every TIMER_POLL_SECONDS, run recovery every RECOVERY_INTERVAL_SECONDS
+    and purge by RETENTION every PURGE_INTERVAL_SECONDS until `stop` is set; `on_tick` runs on
+    every tick (pikku_worker's heartbeat). Errors go to the outage log and the loop goes on (the
+    database may come back)."""
     next_recovery = 0.0
+    retention = RetentionPurges()
     while not stop.is_set():
         try:
             if on_tick is not None:
@@ -198,6 +226,7 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
                 if any(counts.values()):
                     logger.info("pikku_workflows: recovery %s", counts)
+            retention.purge_when_due()
         except Exception as exc:
             outages.failed("the timer loop", exc)
             close_old_connections()

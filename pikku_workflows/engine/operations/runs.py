@@ -26,13 +26,12 @@ from ...exceptions import (
     InvalidInput,
     RunCancelled,
     RunFailed,
-    RunNotFound,
     RunSuspended,
     RunTimeout,
     WorkflowDispatchException,
     _RunEnded,
 )
-from ...models import WorkflowRun
+from ...models import WorkflowRun, WorkflowRunTombstone
 from ...registry import registry, validate_graph_functions
 from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
@@ -41,7 +40,7 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.leases import new_lease_holder
 from ..store.run_rows import create_run_row
-from .reads import get_run_status, run_pk
+from .reads import get_run_status, missing_run, run_pk
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +112,9 @@ def start_run(
     fields = {"started_by": checked_user(started_by, "started_by"), **_subject_fields(subject)}
     holder = new_lease_holder() if inline else None
     key = IdempotencyKey(name, scope, idempotency_key)
+    purged = key.purged_run()
+    if purged is not None:
+        return str(purged), False
     run, created = _create_or_reuse(key, input, holder, fields)
     if created:
         _begin(run, holder)
@@ -158,6 +160,16 @@ class IdempotencyKey:
         return WorkflowRun.objects.filter(
             workflow=self.workflow, idempotency_scope=self.scope, idempotency_key=self.key
         ).first()
+
+    def purged_run(self) -> Any:
+        """The id of the purged run the key named, while its tombstone is kept (its input is
+        gone with it: the key answers with the id whatever the input)."""
+        if self.key is None:
+            return None
+        tombstones = WorkflowRunTombstone.objects.filter(
+            workflow=self.workflow, idempotency_scope=self.scope, idempotency_key=self.key
+        )
+        return tombstones.values_list("pk", flat=True).first()
 
 
 def _create_or_reuse(
@@ -282,7 +294,7 @@ def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
     while True:
         run = WorkflowRun.objects.filter(pk=pk).values("status", "output", "error").first()
         if run is None:
-            raise RunNotFound(run_id)
+            raise missing_run(run_id)
         if run["status"] == RunStatus.COMPLETED:
             return run["output"]
         ended: type[_RunEnded] | None = {

@@ -16,14 +16,14 @@ from django.db import transaction
 
 from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration
-from ...exceptions import InvalidInput, InvalidTransition, RunNotFound, SignalForbidden
+from ...exceptions import InvalidInput, InvalidTransition, SignalForbidden
 from ...models import WorkflowAuditEntry, WorkflowRun
 from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
 from ..store.signal_rows import deliver_signals_txn, keep_signal_txn, kept_signal_count_txn
-from .reads import get_run_status, run_pk
+from .reads import get_run_status, missing_run, run_pk
 from .runs import checked_user
 
 # Who may send a signal to a run besides its starter (the model permission the admin grants).
@@ -48,7 +48,7 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
     with transaction.atomic():
         status = lock_run_for_signals_txn(pk)
         if status is None:
-            raise RunNotFound(run_id)
+            raise missing_run(run_id)
         if status in TERMINAL_RUN_STATUSES:
             raise InvalidTransition(
                 f"run {pk}",
@@ -89,7 +89,7 @@ def _check_may_signal(pk: Any, name: str, by: Any) -> None:
     audit row, as a refused approval decision is recorded."""
     run = WorkflowRun.objects.filter(pk=pk).values_list("started_by_id").first()
     if run is None:
-        raise RunNotFound(pk)
+        raise missing_run(pk)
     if may_signal(by, run[0]):
         return
     why = (

@@ -2,7 +2,8 @@
 the transitions' statements compose in; here the locks of one known step (a worker's or a
 pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
 batches of due timers and due reminders, an approval being decided, and a run receiving a
-signal, and a run whose gather member settles. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+signal, a run whose gather member settles, and the runs a purge takes (with the purger's own
+lock) or a fork copies from. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
 run wherever a transaction waits for both, and a step before its approval (the timer loop
 holds a due step when it reads its approval, so deciders take the step first too).
 
@@ -12,6 +13,7 @@ commit. Lapses and due times are judged on the database clock, in the locking re
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,22 @@ from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
 from .tables import engine_names
 
+# What a purged run's tombstone keeps of it.
+TOMBSTONE_FIELDS = (
+    "id",
+    "workflow",
+    "status",
+    "finished_at",
+    "idempotency_key",
+    "idempotency_scope",
+    "started_by_id",
+)
+
 STATEMENTS = Statements(Path(__file__).with_name("claims.sql"), names=engine_names)
 # How long the claim of one known step waits for another transaction's row lock.
 STEP_LOCK_TIMEOUT = "5s"
+# The advisory lock key of the purger (any constant no other code of the database uses).
+PURGER_LOCK_KEY = 0x70696B6B75_7072
 
 
 def lock_step_txn(run_id: Any, step_key: str, lease_holder: str | None = None) -> Any:
@@ -172,3 +187,66 @@ def deadline_passed(approval: WorkflowApproval) -> bool:
     """Whether the approval's deadline had passed by the database clock when
     `lock_approval_txn` read it (the guarded write that settles it judges it again)."""
     return bool(getattr(approval, "deadline_passed", False))
+
+
+def take_purger_lock_txn() -> bool:
+    """Inside a transaction: the purger's lock, held to its end; False when another purge's
+    batch holds it (SQLite has one writer at a time: always True)."""
+    assert transaction.get_connection().in_atomic_block
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["purger_lock"], {"purger_key": PURGER_LOCK_KEY})
+        return bool(cursor.fetchone()[0])
+
+
+def lock_purgeable_runs_txn(runs: Any, limit: int) -> list[dict[str, Any]]:
+    """Inside a transaction: up to `limit` of `runs` (a queryset of ended root runs), oldest
+    ended first, with what their tombstones keep and the database's clock as `purged_at`; rows
+    another transaction holds (a claim, an operator, a fork) are skipped, never waited for."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        runs.select_for_update(skip_locked=True, of=("self",))
+        .order_by("finished_at", "id")
+        .values(*TOMBSTONE_FIELDS, "parent_run_id", "retention_hold", purged_at=DatabaseNow())[
+            :limit
+        ]
+    )
+
+
+def lock_child_runs_txn(parent_ids: list[Any]) -> tuple[list[dict[str, Any]], set[Any]]:
+    """Inside a transaction: the child runs of `parent_ids` whose rows were free, locked, read as
+    `lock_purgeable_runs_txn` reads them; and the parents of the children another transaction
+    holds (skipped, so their trees stay whole)."""
+    assert transaction.get_connection().in_atomic_block
+    children = WorkflowRun.objects.filter(parent_run_id__in=parent_ids)
+    locked = list(
+        children.select_for_update(skip_locked=True, of=("self",)).values(
+            *TOMBSTONE_FIELDS, "parent_run_id", "retention_hold", purged_at=DatabaseNow()
+        )
+    )
+    taken = {row["id"] for row in locked}
+    held = {parent for pk, parent in children.values_list("pk", "parent_run_id") if pk not in taken}
+    return locked, held
+
+
+def lock_steps_of_runs_txn(run_ids: list[Any]) -> set[Any]:
+    """Inside a transaction: the step rows of `run_ids` that were free, locked; returns the runs
+    some of whose steps another transaction holds (a claim, a retry re-arming them: skipped, so
+    a purge never waits, and never takes its locks in an order a claim could meet backwards)."""
+    assert transaction.get_connection().in_atomic_block
+    steps = WorkflowStep.objects.filter(run_id__in=run_ids)
+    taken = Counter(
+        steps.select_for_update(skip_locked=True, of=("self",)).values_list("run_id", flat=True)
+    )
+    every = Counter(steps.values_list("run_id", flat=True))
+    return {run_id for run_id, count in every.items() if taken[run_id] != count}
+
+
+def share_run_txn(run_id: Any) -> str | None:
+    """Inside a transaction: the run's status, its row held FOR NO KEY UPDATE (a fork that copies
+    from it: a purge then skips it, and a purge that took it first is waited for, then seen as
+    gone); None when there is no such run."""
+    assert transaction.get_connection().in_atomic_block
+    runs = WorkflowRun.objects.select_for_update(of=("self",), no_key=True).filter(pk=run_id)
+    return runs.values_list("status", flat=True).first()

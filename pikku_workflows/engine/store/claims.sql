@@ -41,3 +41,8 @@ FROM {run} run
 LEFT JOIN {user} starter ON starter.{user_pk} = run.started_by_id
 WHERE run.id = %(run_id)s AND run.status = %(run_running)s
 FOR SHARE OF run SKIP LOCKED
+
+-- name: purger_lock
+-- True when this transaction now holds the purger's lock (%(purger_key)s, released at its end),
+-- False when another purge's batch holds it: one purger at a time, never waited for.
+SELECT pg_try_advisory_xact_lock(%(purger_key)s)

@@ -1,0 +1,215 @@
+"""A purge's writes: every row that names a purged run through a foreign key (and every row that
+names one of those, and so on), found from the models' `_meta`, so a table added later is
+covered with no change here; deleted with the run where its key cascades, its key cleared where
+it is SET_NULL (a fork outlives its source); and a tombstone for each purged run
+(`purge_rows.sql`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, models, transaction
+from django.db.models import ManyToOneRel, Model
+
+from ...models import WorkflowRun, WorkflowRunTombstone
+from ...sql import parse_blocks, quoted_table
+
+BLOCKS = parse_blocks(Path(__file__).with_name("purge_rows.sql").read_text())
+# How each vendor tests a column against the list of ids passed as %(ids)s.
+AMONG_IDS = {
+    "postgresql": "= ANY(%(ids)s)",
+    "sqlite": "IN (SELECT value FROM json_each(%(ids)s))",
+}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A foreign key (`field` of `model`) naming rows of `target`."""
+
+    model: type[Model]
+    field: models.ForeignKey[Any, Any]
+    target: type[Model]
+
+    def __str__(self) -> str:
+        return f"{self.model._meta.label}.{self.field.name}"
+
+
+@dataclass(frozen=True)
+class PurgePlan:
+    """What purging runs touches: the tables whose rows go with them (`doomed`, runs first,
+    each after every table its cascading keys name), the keys that take them (`cascades`) and
+    the keys cleared on rows that stay (`clears`)."""
+
+    doomed: tuple[type[Model], ...]
+    cascades: tuple[Reference, ...]
+    clears: tuple[Reference, ...]
+
+    @property
+    def references(self) -> tuple[Reference, ...]:
+        return (*self.cascades, *self.clears)
+
+    @property
+    def leaves(self) -> frozenset[type[Model]]:
+        """The tables whose rows no key names: deleted by their own keys, never read."""
+        named = {reference.target for reference in self.references}
+        return frozenset(model for model in self.doomed if model not in named)
+
+    def cascades_of(self, model: type[Model]) -> list[Reference]:
+        return [reference for reference in self.cascades if reference.model is model]
+
+
+@cache
+def purge_plan() -> PurgePlan:
+    """The plan, read from every installed model's foreign keys into runs and, through cascades,
+    into the rows that go with runs. A key whose `on_delete` is neither CASCADE, SET_NULL nor
+    DO_NOTHING is ImproperlyConfigured: the purge would not know whether its rows may go."""
+    cascades: list[Reference] = []
+    clears: list[Reference] = []
+    reached: list[type[Model]] = [WorkflowRun]
+    for target in reached:
+        for reference in _references_into(target):
+            if not reference.field.target_field.primary_key:
+                raise ImproperlyConfigured(f"{reference} names purged rows by another column.")
+            on_delete = reference.field.remote_field.on_delete
+            if on_delete is models.CASCADE:
+                cascades.append(reference)
+                if reference.model not in reached:
+                    reached.append(reference.model)
+            elif on_delete is models.SET_NULL:
+                clears.append(reference)
+            elif on_delete is not models.DO_NOTHING:
+                raise ImproperlyConfigured(
+                    f"{reference} names purged rows with on_delete={on_delete}: a purge "
+                    "deletes CASCADE rows and clears SET_NULL keys; use one of them."
+                )
+    return PurgePlan(_cascade_order(reached, cascades), tuple(cascades), tuple(clears))
+
+
+def _references_into(target: type[Model]) -> list[Reference]:
+    # Hidden relations too: a key declared with related_name="+" still names the row.
+    return [
+        Reference(relation.related_model, relation.field, target)
+        for relation in target._meta.get_fields(include_hidden=True)
+        if isinstance(relation, ManyToOneRel)  # OneToOneRel is one too
+        and isinstance(relation.field, models.ForeignKey)
+        and isinstance(relation.related_model, type)
+    ]
+
+
+def _cascade_order(
+    reached: list[type[Model]], cascades: list[Reference]
+) -> tuple[type[Model], ...]:
+    ordered: list[type[Model]] = []
+    pending = list(reached)
+    while pending:
+        ready = [
+            model
+            for model in pending
+            if all(ref.target in ordered for ref in cascades if ref.model is model)
+            or model is WorkflowRun
+        ]
+        if not ready:
+            raise ImproperlyConfigured(f"Foreign keys cascade in a cycle among {pending}.")
+        ordered.extend(ready)
+        pending = [model for model in pending if model not in ready]
+    return tuple(ordered)
+
+
+def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Inside a transaction holding the rows of `runs` (as `claims.lock_purgeable_runs_txn`
+    reads them): their tombstones written, every row the plan takes with them deleted, keys
+    naming them from rows that stay cleared. Returns the rows deleted, by model name.
+
+    Parents go first, each table's delete returning the ids its children are found by (the
+    foreign keys are checked at commit, when none of them is left); a table whose rows no key
+    names is deleted without returning anything. Clears come last: only rows that stay still
+    name a purged row then."""
+    assert transaction.get_connection().in_atomic_block
+    plan = purge_plan()
+    _write_tombstones(runs)
+    doomed: dict[type[Model], set[Any]] = {WorkflowRun: {row["id"] for row in runs}}
+    deleted: dict[type[Model], int] = {
+        WorkflowRun: _run("delete_rows", WorkflowRun, doomed[WorkflowRun])
+    }
+    for model in plan.doomed[1:]:
+        doomed[model], deleted[model] = set(), 0
+        for reference in plan.cascades_of(model):
+            ids = doomed[reference.target]
+            if model in plan.leaves:
+                deleted[model] += _run("delete_naming", model, ids, reference)
+            else:
+                gone = _deleted_naming(reference, ids)
+                doomed[model] |= gone
+                deleted[model] += len(gone)
+    for reference in plan.clears:
+        _run("clear_naming", reference.model, doomed[reference.target], reference)
+    return {model._meta.model_name or "": count for model, count in deleted.items()}
+
+
+def _deleted_naming(reference: Reference, ids: set[Any]) -> set[Any]:
+    """Delete the rows naming one of `ids` by `reference`; returns their primary keys."""
+    pk = reference.model._meta.pk
+    assert pk is not None
+    if not ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(*_statement("delete_naming_returning", reference.model, ids, reference))
+        return {pk.to_python(value) for (value,) in cursor.fetchall()}
+
+
+def _write_tombstones(runs: list[dict[str, Any]]) -> None:
+    WorkflowRunTombstone.objects.bulk_create(
+        WorkflowRunTombstone(
+            id=row["id"],
+            workflow=row["workflow"],
+            status=row["status"],
+            finished_at=row["finished_at"],
+            idempotency_key=row["idempotency_key"],
+            idempotency_scope=row["idempotency_scope"],
+            started_by_id=row["started_by_id"],
+            purged_at=row["purged_at"],
+        )
+        for row in runs
+    )
+
+
+def _run(block: str, model: type[Model], ids: set[Any], by: Reference | None = None) -> int:
+    """Run `block` over the rows of `model` named by `ids` (their primary keys; with `by`, the
+    ids of the rows that key names); returns how many rows it changed."""
+    if not ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(*_statement(block, model, ids, by))
+        return int(cursor.rowcount)
+
+
+def _statement(
+    block: str, model: type[Model], ids: set[Any], by: Reference | None
+) -> tuple[str, dict[str, Any]]:
+    """`block` for `model`: `{column}` is `by`'s key (or the primary key), `%(ids)s` the ids
+    of the rows `by` names (or of `model`'s own rows)."""
+    pk = model._meta.pk
+    assert pk is not None and pk.column is not None
+    column = by.field.column if by is not None else pk.column
+    sql = BLOCKS[block].body.format_map(
+        {
+            "table": quoted_table(model),
+            "pk": connection.ops.quote_name(pk.column),
+            "column": connection.ops.quote_name(column),
+            "among_ids": AMONG_IDS[connection.vendor],
+        }
+    )
+    return sql, {"ids": _ids_parameter(by.target if by is not None else model, ids)}
+
+
+def _ids_parameter(model: type[Model], ids: Iterable[Any]) -> Any:
+    pk = model._meta.pk
+    assert pk is not None
+    values = [pk.get_db_prep_value(value, connection) for value in ids]
+    return values if connection.vendor == "postgresql" else json.dumps(values)
