@@ -298,6 +298,50 @@ class WorkflowAuditEntry(models.Model):
         return f"{self.action} on {self.run_id}"
 
 
+class WorkflowEvent(models.Model):
+    """One entry of a run's timeline, append-only: an attempt reaching a status, or an operator
+    action. Database triggers on the history and audit tables write it in the statement that
+    records the move; `seq` (gapless per run, in commit order) and `at` (the database clock) are
+    assigned as the writing transaction commits (docs/architecture.md §13)."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: unique (run, seq) serves lookups by run.
+    run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    # NULL only inside the writing transaction, until it commits (on PostgreSQL).
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    at = models.DateTimeField()
+    step_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    event = models.CharField(max_length=32)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="pikku_event_run_seq"),
+        ]
+        indexes = [
+            # The commit finds its transaction's events still to number (a handful at most).
+            models.Index(
+                fields=["id"], name="pikku_event_unnumbered", condition=Q(seq__isnull=True)
+            ),
+            # Deleting a user sets its operator events' user to NULL.
+            models.Index(fields=["user"], name="pikku_event_user", condition=Q(user__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.seq} of {self.run_id}"
+
+
 class WorkflowApproval(models.Model):
     """A person's decision a run waits for (`wf.approval`): one per attempt of its step.
 

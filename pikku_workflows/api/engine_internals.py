@@ -5,13 +5,14 @@ the step statuses it shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
 the `pikku` command offer them too), the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
-them), and which runs changed since a live event stream last read them."""
+them), which runs changed since a live event stream last read them, and the timeline events after the
+last one a stream sent."""
 
 from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
-from ..engine.operations.reads import SHOWN_STEP_STATUSES, summarize
+from ..engine.operations.reads import SHOWN_STEP_STATUSES, last_event_seq, summarize, timeline_after
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 
@@ -24,7 +25,9 @@ __all__ = [
     "approval_pk",
     "changed_runs",
     "decidable_by",
+    "last_event_seq",
     "start_run",
     "summarize",
+    "timeline_after",
     "visible_to",
 ]

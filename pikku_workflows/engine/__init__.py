@@ -81,6 +81,8 @@ store, the tables:
   (`step_transitions.sql` on PostgreSQL).
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
+- `store.event_log`: the timeline's event log, read in seq order (its rows are written by
+  database triggers; the seq is assigned at commit, under the run's event lock).
 - `store.tables`: the quoted table and column names the statements use.
 
 Rules that hold across it (tests/unit/test_engine__layout.py checks them): a run is failed only

@@ -65,9 +65,10 @@ def test_timeline__constant_whatever_the_step_count(operator_api, operator):
     few = run_with_steps(1)
     many = run_with_steps(40)
 
-    # Visibility, then the run's existence, its history rows, its audit entries.
-    assert queries(operator_api, operator, f"{API}runs/{few.pk}/timeline/") == PERMISSIONS + 4
-    assert queries(operator_api, operator, f"{API}runs/{many.pk}/timeline/") == PERMISSIONS + 4
+    # Visibility, then the run's existence, its events (inside this test's transaction numbered
+    # first: SET CONSTRAINTS), their attempts' rows.
+    assert queries(operator_api, operator, f"{API}runs/{few.pk}/timeline/") == PERMISSIONS + 5
+    assert queries(operator_api, operator, f"{API}runs/{many.pk}/timeline/") == PERMISSIONS + 5
 
 
 def test_counts__one_query_whatever_the_number_of_runs_and_groups(operator_api, operator):
