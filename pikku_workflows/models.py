@@ -24,6 +24,7 @@ from .status import (
     StepStatus,
 )
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
+from .waiting import WaitingKind
 
 
 def _choice_check(
@@ -83,6 +84,23 @@ class WorkflowRun(models.Model):
     # Why they are undone: the error the run ends with once they are (its body's failure, or
     # the cancel that asked for it).
     compensation_cause = models.JSONField(null=True, blank=True)
+    # What a list shows of the run, kept on its row by the writes that end a pass or move the
+    # run (`engine/store/run_list_fields`), so a page reads one row per run.
+    steps_total = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    steps_done = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    current_step_key = models.CharField(
+        max_length=KEY_MAX_LENGTH, null=True, blank=True, editable=False
+    )
+    waiting_on = models.CharField(
+        max_length=16,
+        choices=WaitingKind.choices,
+        null=True,
+        blank=True,
+        default=WaitingKind.PASS,
+        db_default=WaitingKind.PASS,
+        editable=False,
+    )
+    last_error_code = models.CharField(max_length=64, null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -104,6 +122,10 @@ class WorkflowRun(models.Model):
             models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
+            # The list's filters by what a run waits on (awaiting approval is `approval`) and
+            # by when it finished (its starter, parent and subject have their foreign keys').
+            models.Index(fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"),
+            models.Index(fields=["finished_at"], name="pikku_run_finished"),
             # The admin counts runs per version ("started on an older version").
             models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
@@ -327,13 +349,12 @@ class WorkflowEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="pikku_event_run_seq"),
+            # Numbered rows only: a row numbered at commit leaves no entry behind in it.
+            models.UniqueConstraint(
+                fields=["run", "seq"], name="pikku_event_run_seq", condition=Q(seq__isnull=False)
+            ),
         ]
         indexes = [
-            # The commit finds its transaction's events still to number (a handful at most).
-            models.Index(
-                fields=["id"], name="pikku_event_unnumbered", condition=Q(seq__isnull=True)
-            ),
             # Deleting a user sets its operator events' user to NULL.
             models.Index(fields=["user"], name="pikku_event_user", condition=Q(user__isnull=False)),
         ]

@@ -1,7 +1,7 @@
 """The engine internals the API uses beyond `import pikku_workflows as pw`, imported here only,
 so that an engine rename is a one-line change: the start that says whether it created the run
-(201 or 200), the summary builder (one run's summary from rows read in bulk, for the list, and
-the step statuses it shows), the
+(201 or 200), the summary builders (one run's summary from rows read in bulk, and a list item from its
+row alone, and the step statuses a summary shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
 the `pikku` command offer them too), the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
-from ..engine.operations.reads import SHOWN_STEP_STATUSES, last_event_seq, summarize, timeline_after
+from ..engine.operations.reads import (
+    SHOWN_STEP_STATUSES,
+    last_event_seq,
+    list_summary,
+    summarize,
+    timeline_after,
+)
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 
@@ -26,6 +32,7 @@ __all__ = [
     "changed_runs",
     "decidable_by",
     "last_event_seq",
+    "list_summary",
     "start_run",
     "summarize",
     "timeline_after",

@@ -77,6 +77,8 @@ store, the tables:
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
+- `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
+  last error code), computed by the database in the write that ends a pass or moves the run.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
 - `store.transitions`: what every status change shares: the source check, history stamps.

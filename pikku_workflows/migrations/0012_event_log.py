@@ -103,35 +103,57 @@ END $$;
 CREATE TRIGGER pikku_audit_events AFTER INSERT ON {AUDIT}
 FOR EACH ROW EXECUTE FUNCTION pikku_audit_events();
 
+-- The transaction's events still to number, kept in a transaction-local setting (a savepoint
+-- rolled back takes its own back with its rows), so the commit finds them by primary key.
+CREATE FUNCTION pikku_note_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config(
+        'pikku.unnumbered_events',
+        COALESCE(current_setting('pikku.unnumbered_events', true), '') || NEW.id || ',',
+        true
+    );
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER pikku_note_event AFTER INSERT ON {EVENT}
+FOR EACH ROW WHEN (NEW.seq IS NULL) EXECUTE FUNCTION pikku_note_event();
+
 CREATE FUNCTION pikku_number_events() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
+    unnumbered bigint[];
     run_key integer;
 BEGIN
-    -- The first event of the committing transaction numbers all of them; the rest find theirs
-    -- numbered. Until then `at` holds the moment the writer recorded (one process's clock, so
-    -- it orders the transaction's own events: a step's success kept for the statement that
-    -- creates the next step comes before it); the commit's database clock replaces it. Only this transaction's own events can be unnumbered: others' are invisible
-    -- until they commit, and every transaction numbers its events before it does.
-    PERFORM 1 FROM {EVENT} WHERE id = NEW.id AND seq IS NULL;
-    IF NOT FOUND THEN RETURN NULL; END IF;
+    -- The first event of the committing transaction numbers all of them; for the rest there
+    -- is nothing left. Until then `at` holds the moment the writer recorded (one process's
+    -- clock, so it orders the transaction's own events: a step's success kept for the
+    -- statement that creates the next step comes before it); the commit's database clock
+    -- replaces it.
+    unnumbered := string_to_array(
+        rtrim(COALESCE(current_setting('pikku.unnumbered_events', true), ''), ','), ','
+    )::bigint[];
+    IF COALESCE(cardinality(unnumbered), 0) = 0 THEN RETURN NULL; END IF;
+    PERFORM set_config('pikku.unnumbered_events', '', true);
     -- The run's event lock, held to the commit: the next writer of the run numbers after this
     -- commit, so seq order is commit order. Taken in key order (a transaction may write events
     -- of two runs, a child's and its parent's) and last of all, so it closes no cycle with a
     -- row lock: a row lock held FOR SHARE by many writers of one run cannot be.
     FOR run_key IN
-        SELECT DISTINCT hashtext(run_id::text) FROM {EVENT} WHERE seq IS NULL ORDER BY 1
+        SELECT DISTINCT hashtext(run_id::text) FROM {EVENT} WHERE id = ANY(unnumbered) ORDER BY 1
     LOOP
         PERFORM pg_advisory_xact_lock(1885956971, run_key);
     END LOOP;
     UPDATE {EVENT} SET seq = numbered.seq, at = clock_timestamp()
     FROM (
-        SELECT unnumbered.id,
+        SELECT unnumbered_event.id,
                ROW_NUMBER() OVER (
-                   PARTITION BY unnumbered.run_id ORDER BY unnumbered.at, unnumbered.id
+                   PARTITION BY unnumbered_event.run_id
+                   ORDER BY unnumbered_event.at, unnumbered_event.id
                ) - 1
                + COALESCE((SELECT MAX(done.seq) + 1 FROM {EVENT} done
-                           WHERE done.run_id = unnumbered.run_id), 0) AS seq
-        FROM {EVENT} unnumbered WHERE unnumbered.seq IS NULL
+                           WHERE done.run_id = unnumbered_event.run_id
+                             AND done.seq IS NOT NULL), 0) AS seq
+        FROM {EVENT} unnumbered_event
+        WHERE unnumbered_event.id = ANY(unnumbered) AND unnumbered_event.seq IS NULL
     ) numbered
     WHERE {EVENT}.id = numbered.id;
     RETURN NULL;
@@ -144,9 +166,11 @@ FOR EACH ROW EXECUTE FUNCTION pikku_number_events();
 
 POSTGRESQL_DROP = """
 DROP TRIGGER IF EXISTS pikku_number_events ON {event};
+DROP TRIGGER IF EXISTS pikku_note_event ON {event};
 DROP TRIGGER IF EXISTS pikku_audit_events ON {audit};
 DROP TRIGGER IF EXISTS pikku_history_events ON {history};
 DROP FUNCTION IF EXISTS pikku_number_events();
+DROP FUNCTION IF EXISTS pikku_note_event();
 DROP FUNCTION IF EXISTS pikku_audit_events();
 DROP FUNCTION IF EXISTS pikku_history_events();
 """.format(event=EVENT, audit=AUDIT, history=HISTORY)
@@ -226,8 +250,8 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['run', 'seq'],
-                'indexes': [models.Index(condition=models.Q(('seq__isnull', True)), fields=['id'], name='pikku_event_unnumbered'), models.Index(condition=models.Q(('user__isnull', False)), fields=['user'], name='pikku_event_user')],
-                'constraints': [models.UniqueConstraint(fields=('run', 'seq'), name='pikku_event_run_seq')],
+                'indexes': [models.Index(condition=models.Q(('user__isnull', False)), fields=['user'], name='pikku_event_user')],
+                'constraints': [models.UniqueConstraint(condition=models.Q(('seq__isnull', False)), fields=('run', 'seq'), name='pikku_event_run_seq')],
             },
         ),
         migrations.RunPython(fill_event_log, migrations.RunPython.noop),

@@ -78,6 +78,34 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
     }
 
 
+def list_summary(run: WorkflowRun) -> dict[str, Any]:
+    """What a list shows of a run, from its row alone: the summary without its steps, with the
+    list fields instead (`steps_total`, `steps_done`, `current_step_key`, `last_error_code`,
+    and `waiting_on` as `{kind, step_key}`), as of the run's last pass or move."""
+    error = run.error or None
+    waiting: dict[str, Any] | None = None
+    if run.waiting_on is not None:
+        waiting = {"kind": run.waiting_on}
+        if run.waiting_on not in (WaitingKind.SUSPEND, WaitingKind.PASS):
+            waiting["step_key"] = run.current_step_key
+    return {
+        "id": str(run.pk),
+        "workflow": run.workflow,
+        "status": run.status,
+        "started_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "started_by": run.started_by.get_username() if run.started_by else None,
+        "planned_steps": run.planned_steps,
+        "steps_total": run.steps_total,
+        "steps_done": run.steps_done,
+        "current_step_key": run.current_step_key,
+        "waiting_on": waiting,
+        "last_error_code": run.last_error_code,
+        "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+        "compensation": run.compensation,
+    }
+
+
 def _step_summary(run: WorkflowRun, step: WorkflowStep) -> dict[str, Any]:
     attempts = list(step.history.all())
     latest = next((h for h in reversed(attempts) if h.attempt == step.attempt), None)
