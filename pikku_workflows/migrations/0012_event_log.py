@@ -37,14 +37,16 @@ def _backfill_select(runs: str) -> str:
         for rank, (event, column) in enumerate(ATTEMPT_EVENTS)
     )
     actions = (
-        f"SELECT run_id, created_at, {OPERATOR_RANK}, NULL, created_at, NULL, action, user_id, id"
+        f"SELECT run_id, created_at AS at, {OPERATOR_RANK} AS rank, NULL AS attempt,"
+        " created_at AS created, NULL AS step_key, action AS event, user_id, id AS audit_id"
         f" FROM {AUDIT} WHERE run_id IN ({runs})"
     )
     return (
         f"INSERT INTO {EVENT} (run_id, seq, at, step_key, attempt, event, user_id)"
         " SELECT run_id, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY at,"
         " rank, attempt, created, step_key, audit_id) - 1, at, step_key, attempt, event, user_id"
-        f" FROM ({attempts} UNION ALL {actions}) events"
+        # The actions first: their columns (a user id) type the branches' NULLs.
+        f" FROM ({actions} UNION ALL {attempts}) events"
     )
 
 
@@ -61,8 +63,10 @@ def fill_event_log(apps, schema_editor):
         if not batch:
             return
         params = [pk.get_db_prep_value(run_id, connection) for run_id in batch]
+        # The batch's ids once per UNION branch: one for the actions, one per attempt event.
+        branches = len(ATTEMPT_EVENTS) + 1
         with connection.cursor() as cursor:
-            cursor.execute(_backfill_select(", ".join(["%s"] * len(batch))), params)
+            cursor.execute(_backfill_select(", ".join(["%s"] * len(batch))), params * branches)
         last = batch[-1]
 
 
