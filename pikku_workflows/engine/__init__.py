@@ -77,10 +77,10 @@ store, the tables:
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
-- `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
-  last error code), computed by the database in the write that ends a pass or moves the run.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
+- `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
+  last error code), computed by the database in the write that ends a pass or moves the run.
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.event_log`: the timeline's event log, read in seq order (its rows are written by

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 import pikku_workflows as pw
+from pikku_workflows import tasks
 from pikku_workflows.models import WorkflowRun
 from tests.queue import drain_queue
 
@@ -85,3 +87,23 @@ def test_list_fields__a_queued_run_waits_for_its_pass_until_a_worker_takes_it(sh
     drain_queue()
 
     assert listed(run)[3] == summary_wait(run)[0] == "timer"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(PIKKU_WORKFLOWS={"IN_PLACE": False})  # the step goes through the queue
+def test_list_fields__a_pass_parked_by_its_dispatch_waits_on_the_queued_step():
+    @pw.step_function("listed.queued", inline=False)
+    def queued(data: dict, ctx: pw.StepContext) -> int:
+        return 1
+
+    @pw.workflow("listed.flow")
+    def flow(wf: pw.Workflow, input: dict) -> int:
+        return wf.do("first", lambda: 1) + wf.do("remote", "listed.queued", {})
+
+    run_id = pw.start_workflow("listed.flow", {})
+    tasks.orchestrate(run_id)  # the start message: runs `first`, dispatches `remote`, parks
+
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert listed(run) == (2, 1, "remote", "step", None)
+    assert summary_wait(run) == ("step", "remote")

@@ -44,7 +44,6 @@ from ..store.leases import (
     release_run_lease,
     request_rerun,
 )
-from ..store.run_list_fields import refresh_list_fields
 from ..store.run_transitions import move_run
 from . import children
 from .attempts import record_kept
@@ -91,8 +90,6 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
             while True:
                 ended_now, released = _replay(run, holder, inline_caller, known_steps)
                 ended = ended_now or ended
-                if released and not ended_now:
-                    refresh_list_fields(run.pk)  # the dispatch that parked it wrote a step only
                 if released or release_run_lease(run.pk, holder):
                     return ended
                 known_steps = None  # a rerun: another pass may have written steps meanwhile

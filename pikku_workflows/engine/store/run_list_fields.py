@@ -1,8 +1,9 @@
 """The run row's list fields: `steps_total`, `steps_done`, `current_step_key`, `waiting_on`
 (the kind of wait of its newest step in flight) and `last_error_code`, what a list shows of a
 run, so a page reads one row per run. The database computes them from the run's steps inside
-the write that ends a pass or moves the run (`list_field_values`), or in one UPDATE of its own
-(`refresh_list_fields`) after a pass whose last write was a step's; they hold as of that write.
+the write that ends a pass or moves the run (`list_field_values`; the one-statement dispatches
+that park a run set them in their own lease release, `parked_list_params`); they hold as of
+that write.
 """
 
 from __future__ import annotations
@@ -119,6 +120,18 @@ def list_field_values(status: str | None = None, error: Any = KEEP_ERROR) -> dic
         ),
         "waiting_on": _waiting_on(status),
         "last_error_code": Coalesce(run_code, Subquery(failed_step), output_field=CharField()),
+    }
+
+
+def parked_list_params(step_keys: list[str]) -> dict[str, Any]:
+    """The parameters of `lease_handed_back` (step_transitions.sql), whose write parks the run
+    on the new steps `step_keys` it dispatches."""
+    return {
+        "new_own_steps": sum(ENGINE_KEY_MARK not in key for key in step_keys),
+        "current_step_key": step_keys[-1],
+        "waiting_step": WaitingKind.STEP.value,
+        "succeeded": StepStatus.SUCCEEDED.value,
+        "engine_keys": f"%{ENGINE_KEY_MARK}%",
     }
 
 
