@@ -49,6 +49,7 @@ from .filters import (
     StuckFilter,
     VersionFilter,
     WaitingOnFilter,
+    WorkflowFilter,
 )
 from .records import ReadOnlyAdminMixin
 from .run_approvals import AwaitingApprovalFilter
@@ -197,7 +198,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
     list_filter = (
         RunLevelFilter,
         "status",
-        "workflow",
+        WorkflowFilter,
         WaitingOnFilter,
         AwaitingApprovalFilter,
         RetryingFilter,
