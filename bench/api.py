@@ -177,11 +177,10 @@ def main() -> None:
     )
 
     from django.contrib.auth import get_user_model
-    from django.db.models import Prefetch
     from django.test import Client
 
     import pikku_workflows as pw
-    from pikku_workflows.api.views import list_item, summary_steps
+    from pikku_workflows.api.views import list_item
     from pikku_workflows.models import WorkflowRun
 
     client = Client()
@@ -199,7 +198,6 @@ def main() -> None:
         runs = (
             WorkflowRun.objects.select_related("started_by")
             .defer("input", "output", "state")
-            .prefetch_related(Prefetch("steps", summary_steps(), to_attr="summary_steps"))
             .order_by("-created_at", "-id")[: PAGE + 1]
         )
         return json.dumps([list_item(run, []) for run in runs])

@@ -25,6 +25,7 @@ from .status import (
     StepStatus,
 )
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
+from .waiting import WaitingKind
 
 
 def _choice_check(
@@ -86,6 +87,23 @@ class WorkflowRun(models.Model):
     compensation_cause = models.JSONField(null=True, blank=True)
     # Kept from every purge, whatever its age (`pw.hold_run`): an investigation, a legal hold.
     retention_hold = models.BooleanField(default=False)
+    # What a list shows of the run, kept on its row by the writes that end a pass or move the
+    # run (`engine/store/run_list_fields`), so a page reads one row per run.
+    steps_total = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    steps_done = models.PositiveIntegerField(default=0, db_default=0, editable=False)
+    current_step_key = models.CharField(
+        max_length=KEY_MAX_LENGTH, null=True, blank=True, editable=False
+    )
+    waiting_on = models.CharField(
+        max_length=16,
+        choices=WaitingKind.choices,
+        null=True,
+        blank=True,
+        default=WaitingKind.PASS,
+        db_default=WaitingKind.PASS,
+        editable=False,
+    )
+    last_error_code = models.CharField(max_length=64, null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -107,6 +125,10 @@ class WorkflowRun(models.Model):
             models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
+            # The list's filters by what a run waits on (awaiting approval is `approval`) and
+            # by when it finished (its starter, parent and subject have their foreign keys').
+            models.Index(fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"),
+            models.Index(fields=["finished_at"], name="pikku_run_finished"),
             # The admin counts runs per version ("started on an older version").
             models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
@@ -306,6 +328,49 @@ class WorkflowAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.run_id}"
+
+
+class WorkflowEvent(models.Model):
+    """One entry of a run's timeline, append-only: an attempt reaching a status, or an operator
+    action. Database triggers on the history and audit tables write it in the statement that
+    records the move; `seq` (gapless per run, in commit order) and `at` (the database clock) are
+    assigned as the writing transaction commits (docs/architecture.md §14)."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: unique (run, seq) serves lookups by run.
+    run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    # NULL only inside the writing transaction, until it commits (on PostgreSQL).
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    at = models.DateTimeField()
+    step_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    event = models.CharField(max_length=32)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            # Numbered rows only: a row numbered at commit leaves no entry behind in it.
+            models.UniqueConstraint(
+                fields=["run", "seq"], name="pikku_event_run_seq", condition=Q(seq__isnull=False)
+            ),
+        ]
+        indexes = [
+            # Deleting a user sets its operator events' user to NULL.
+            models.Index(fields=["user"], name="pikku_event_user", condition=Q(user__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.seq} of {self.run_id}"
 
 
 class WorkflowApproval(models.Model):

@@ -77,29 +77,28 @@ def _steps() -> WorkflowStepQuerySet:
     return WorkflowStep.objects.all()
 
 
-# The runs waiting on each kind of `waiting.WaitingKind`, in its order. A run matches a kind
-# when *any* of its steps does (a fan-out can wait on a timer and a child at once), while the
-# summary names the newest step in flight.
+def _recorded_wait(kind: WaitingKind) -> Callable[[], models.Q]:
+    return lambda: models.Q(waiting_on=kind)
+
+
+def _lease_lapsed() -> models.Q:
+    return runs_with_step(_steps().lease_lapsed())
+
+
+# The runs waiting on each kind of `waiting.WaitingKind`, in its order: the kind the run's row
+# records (its newest step in flight's, as of its last pass or move; indexed). The clock decides
+# whether a step's lease lapsed, so among runs waiting on a step that is judged from the steps.
 WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
-    WaitingKind.STEP: lambda: runs_with_step(_steps().busy()),
-    WaitingKind.TIMER: lambda: runs_with_step(_steps().sleeping()),
-    WaitingKind.RETRY: lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
-    WaitingKind.CHILD: lambda: runs_with_step(_steps().awaiting_child()),
-    WaitingKind.LEASE: lambda: runs_with_step(_steps().lease_lapsed()),
-    WaitingKind.APPROVAL: lambda: runs_with_step(_steps().awaiting_approval()),
-    WaitingKind.SIGNAL: lambda: runs_with_step(_steps().awaiting_signal()),
-    WaitingKind.SUSPEND: lambda: models.Q(status=RunStatus.SUSPENDED),
-    WaitingKind.PASS: lambda: _waiting_for_a_pass(),
+    WaitingKind.STEP: lambda: models.Q(waiting_on=WaitingKind.STEP) & ~_lease_lapsed(),
+    WaitingKind.TIMER: _recorded_wait(WaitingKind.TIMER),
+    WaitingKind.RETRY: _recorded_wait(WaitingKind.RETRY),
+    WaitingKind.CHILD: _recorded_wait(WaitingKind.CHILD),
+    WaitingKind.LEASE: lambda: models.Q(waiting_on=WaitingKind.STEP) & _lease_lapsed(),
+    WaitingKind.APPROVAL: _recorded_wait(WaitingKind.APPROVAL),
+    WaitingKind.SIGNAL: _recorded_wait(WaitingKind.SIGNAL),
+    WaitingKind.SUSPEND: _recorded_wait(WaitingKind.SUSPEND),
+    WaitingKind.PASS: _recorded_wait(WaitingKind.PASS),
 }
-
-
-def _waiting_for_a_pass() -> models.Q:
-    """Running runs waiting on none of the step kinds: their next pass is all they wait for."""
-    on_a_step = models.Q(pk__in=[])
-    for kind, predicate in WAITING_KINDS.items():
-        if kind not in (WaitingKind.SUSPEND, WaitingKind.PASS):
-            on_a_step |= predicate()
-    return models.Q(status=RunStatus.RUNNING) & ~on_a_step
 
 
 def waiting_on_q(kind: str) -> models.Q:

@@ -1,5 +1,5 @@
-"""The pure half of the timeline (no queries): history rows exploded into ordered events, and
-the fold of those events into the run's state at any point (`reconstruct_run_state`).
+"""The pure half of the timeline (no queries): the event log's rows as timeline events, and the
+fold of those events into the run's state at any point (`reconstruct_run_state`).
 
 Event keys: every event has `seq, at, step_key, attempt, event`; `pending` adds
 `from_step_key`, `succeeded` adds `result`, `failed` adds `error`, an operator action adds `user`
@@ -16,29 +16,9 @@ from typing import Any
 from django.utils import dateparse, timezone
 
 from .exceptions import InvalidInput
-from .status import HISTORY_TIMESTAMP, StepStatus
+from .status import StepStatus
 
-# Ties at one instant: a step's lifecycle order, then its attempt (the pikku timeline's order).
-LIFECYCLE_RANK = {
-    "pending": 0,
-    "scheduled": 1,
-    "running": 2,
-    "waiting": 3,
-    "succeeded": 4,
-    "failed": 4,
-}
-# An operator action sorts after the step events of the same instant.
-OPERATOR_RANK = 5
-
-# (event, the history row's timestamp column) for the events every attempt may pass through.
-PROGRESS_EVENTS = tuple(
-    (status, HISTORY_TIMESTAMP[status])
-    for status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.WAITING)
-)
-OUTCOME_EVENTS = {
-    StepStatus.SUCCEEDED: (HISTORY_TIMESTAMP[StepStatus.SUCCEEDED], "result"),
-    StepStatus.FAILED: (HISTORY_TIMESTAMP[StepStatus.FAILED], "error"),
-}
+OUTCOME_EVENTS = {StepStatus.SUCCEEDED: "result", StepStatus.FAILED: "error"}
 
 IN_FLIGHT = frozenset({"pending", "scheduled", "running"})
 HALTING_ACTIONS = frozenset({"cancel", "suspend"})
@@ -46,45 +26,35 @@ RESTARTING_ACTIONS = frozenset({"resume", "retry"})
 
 PHASES = ("pending", "running", "waiting", "failed", "completed", "idle")
 
-
-def build_timeline(
-    history: Iterable[Mapping[str, Any]], audit: Iterable[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """Events of every attempt (rows with `step_key, from_step_key, attempt, status, result,
-    error` and the history timestamps) and operator action (`action, user, created_at`), ordered
-    by time, ties by lifecycle then attempt, numbered from 0."""
-    keyed: list[tuple[tuple[datetime, int, int], dict[str, Any]]] = []
-    for row in history:
-        keyed.extend(_attempt_events(row))
-    for entry in audit:
-        event = {"at": entry["created_at"], "step_key": None, "attempt": None}
-        event |= {"event": entry["action"], "user": entry["user"]}
-        keyed.append(((entry["created_at"], OPERATOR_RANK, 0), event))
-    # A stable sort: events tied on all three keep the order the rows came in (step creation).
-    keyed.sort(key=lambda pair: pair[0])
-    return [
-        {"seq": seq, **event, "at": event["at"].isoformat()} for seq, (_, event) in enumerate(keyed)
-    ]
+# What a timeline event of an attempt reads from the attempt's rows: (step_key, attempt) ->
+# {from_step_key, result, error}.
+Attempts = Mapping[tuple[str, int], Mapping[str, Any]]
 
 
-def _attempt_events(
-    row: Mapping[str, Any],
-) -> list[tuple[tuple[datetime, int, int], dict[str, Any]]]:
-    base = {"step_key": row["step_key"], "attempt": row["attempt"]}
-    events = []
-    for name, column in PROGRESS_EVENTS:
-        if row.get(column) is not None:
-            event = {"at": row[column], **base, "event": name}
-            if name == "pending":
-                event["from_step_key"] = row.get("from_step_key")
-            events.append(event)
-    outcome = OUTCOME_EVENTS.get(row["status"])
-    if outcome is not None and row.get(outcome[0]) is not None:
-        column, value_key = outcome
-        events.append(
-            {"at": row[column], **base, "event": row["status"], value_key: row[value_key]}
-        )
-    return [((e["at"], LIFECYCLE_RANK[e["event"]], e["attempt"]), e) for e in events]
+def build_timeline(rows: Iterable[Mapping[str, Any]], attempts: Attempts) -> list[dict[str, Any]]:
+    """The event log's rows (`seq, at, step_key, attempt, event, user`, in seq order) as
+    timeline events: a pending event adds its step's `from_step_key`, an outcome its attempt's
+    `result` or `error`, an operator action (no step) its `user`."""
+    return [_timeline_event(row, attempts) for row in rows]
+
+
+def _timeline_event(row: Mapping[str, Any], attempts: Attempts) -> dict[str, Any]:
+    event = {
+        "seq": row["seq"],
+        "at": row["at"].isoformat(),
+        "step_key": row["step_key"],
+        "attempt": row["attempt"],
+        "event": row["event"],
+    }
+    if row["step_key"] is None:
+        return {**event, "user": row["user"]}
+    recorded = attempts.get((row["step_key"], row["attempt"]), {})
+    if row["event"] == StepStatus.PENDING:
+        event["from_step_key"] = recorded.get("from_step_key")
+    elif row["event"] in OUTCOME_EVENTS:
+        value = OUTCOME_EVENTS[row["event"]]
+        event[value] = recorded.get(value)
+    return event
 
 
 def resolve_seq(events: Sequence[Mapping[str, Any]], at: Any = None) -> int:

@@ -11,9 +11,8 @@ from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Prefetch, Q, QuerySet
 from django.db.models.fields.json import KT
-from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -26,10 +25,10 @@ from ..exceptions import WorkflowCancelled, WorkflowSuspended
 from ..models import WorkflowRun, WorkflowStep
 from ..querysets import run_id_query
 from ..status import RunStatus, StepStatus
-from ..step_keys import ENGINE_KEY_MARK
 from ..waiting import WaitingKind
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
+from .big_lists import EstimatedCountPaginator
 from .display import (
     ADMIN_CSS,
     ADMIN_JS,
@@ -50,6 +49,7 @@ from .filters import (
     StuckFilter,
     VersionFilter,
     WaitingOnFilter,
+    WorkflowFilter,
 )
 from .records import ReadOnlyAdminMixin
 from .retention import RunHoldsAdmin
@@ -150,8 +150,11 @@ class WorkflowRunChangeList(ChangeList):
             run.workers_seen = seen
 
     @cached_property
-    def status_summary(self) -> dict[str, Any]:
-        """Runs per workflow and status among those the filters select: one GROUP BY query."""
+    def status_summary(self) -> dict[str, Any] | None:
+        """Runs per workflow and status among those the filters select: one GROUP BY query;
+        None when they are too many to count (the list's count is an estimate)."""
+        if self.paginator.estimated:
+            return None
         counts = self.queryset.order_by().values_list("workflow", "status").annotate(Count("pk"))
         table: dict[str, dict[str, int]] = {}
         for workflow, status, runs in counts:
@@ -187,12 +190,17 @@ class WorkflowRunChangeList(ChangeList):
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOperationsAdmin):
+    # The list never counts the whole table: exact up to 10,000 runs, estimated past it, and no
+    # facet counts beside the filters (big_lists).
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
     # Five columns, two lines in some, so that all of them fit a laptop beside the filters.
     list_display = ("short_id", "status_column", "workflow_column", "started", "now_column")
     list_filter = (
         RunLevelFilter,
         "status",
-        "workflow",
+        WorkflowFilter,
         WaitingOnFilter,
         AwaitingApprovalFilter,
         RetryingFilter,
@@ -238,23 +246,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOper
         return WorkflowRunChangeList
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        # The progress column is counted in the list query itself (no query per row). A correlated
-        # subquery rather than a JOIN + GROUP BY, so the changelist's COUNT and filter queries
-        # (which drop unused non-aggregate annotations) never touch the steps table.
-        succeeded = (
-            WorkflowStep.objects.filter(run=OuterRef("pk"), status=StepStatus.SUCCEEDED)
-            # The engine's own keys (handlers, suspends, patch markers) are not progress.
-            .exclude(step_key__contains=ENGINE_KEY_MARK)
-            .order_by()
-            .values("run")
-            .annotate(count=Count("pk"))
-            .values("count")
-        )
         return (
             super()
             .get_queryset(request)
             .annotate(
-                steps_succeeded=Coalesce(Subquery(succeeded), 0),
                 # A suspended run waits on its reason, kept in the (deferred) error payload;
                 # a failed run's list row shows its error.
                 error_message=KT("error__message"),
@@ -404,9 +399,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOper
     def progress(self, run: WorkflowRun) -> SafeString | str:
         """Steps done of those planned; a completed run whose body did without some planned
         steps reads as done ("5 / 5"), saying so in words."""
-        done = getattr(run, "steps_succeeded", None)
-        if done is None:
-            return EMPTY
+        done = run.steps_done
         if not run.planned_steps:
             return f"{done} done"
         skipped = len(run.planned_steps) - done

@@ -1,18 +1,25 @@
 """The engine internals the API uses beyond `import pikku_workflows as pw`, imported here only,
 so that an engine rename is a one-line change: the start that says whether it created the run
-(201 or 200), the summary builder (one run's summary from rows read in bulk, for the list, and
-the step statuses it shows), the
+(201 or 200), the summary builders (one run's summary from rows read in bulk, and a list item from its
+row alone, and the step statuses a summary shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
 the `pikku` command offer them too) and the retention holds' permission, the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
-them), and which runs changed since a live event stream last read them."""
+them), which runs changed since a live event stream last read them, and the timeline events after the
+last one a stream sent."""
 
 from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
 from ..engine.operations.holds import HOLD, HOLD_PERMISSION, RELEASE
-from ..engine.operations.reads import SHOWN_STEP_STATUSES, summarize
+from ..engine.operations.reads import (
+    SHOWN_STEP_STATUSES,
+    last_event_seq,
+    list_summary,
+    summarize,
+    timeline_after,
+)
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 
@@ -28,7 +35,10 @@ __all__ = [
     "approval_pk",
     "changed_runs",
     "decidable_by",
+    "last_event_seq",
+    "list_summary",
     "start_run",
     "summarize",
+    "timeline_after",
     "visible_to",
 ]

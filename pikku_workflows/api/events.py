@@ -4,7 +4,7 @@ event (`id:` = its seq) until the run has ended, then an `end` event with the fi
 - Fresh connection: `summary` carries `id:` = the last seq it covers; events after it follow.
 - Reconnection (`Last-Event-ID: N`, or `?last_event_id=N` for clients that cannot set headers):
   `summary` without an id (the client keeps N), then every event after N: nothing repeated,
-  nothing skipped.
+  nothing skipped (the event log numbers events in commit order and never renumbers them).
 - A comment line every HEARTBEAT_SECONDS keeps proxies from timing out and finds dead clients.
 
 A stream waits for the process's watcher (`event_watcher`), which asks once per tick, in one
@@ -38,7 +38,7 @@ import pikku_workflows as pw
 
 from ..models import WorkflowRun
 from ..status import TERMINAL_RUN_STATUSES
-from .engine_internals import RunMark, changed_runs
+from .engine_internals import RunMark, changed_runs, last_event_seq, timeline_after
 from .event_watcher import watcher
 from .stream_slots import Slot
 
@@ -90,19 +90,14 @@ def read_released(read: Callable[[], T]) -> T:
             release_connections()
 
 
-def _identity(event: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes an event the same event whatever seq it gets (operator actions have no step)."""
-    return (event["step_key"], event["attempt"], event["event"], event["at"], event.get("user"))
-
-
 class RunEventStream:
-    """One stream's state: the events it sent, the run's mark when it last read, when it last
+    """One stream's state: the last seq it sent, the run's mark when it last read, when it last
     read and wrote. `open()` and `refresh()` read and return the text to send."""
 
     def __init__(self, run_id: uuid.UUID, last_event_id: int | None) -> None:
         self.run_id = run_id
         self.last_event_id = last_event_id
-        self.sent: set[tuple[Any, ...]] = set()
+        self.sent_seq = -1 if last_event_id is None else last_event_id
         self.mark: RunMark = None
         self.synced_at = 0.0
         self.written_at = time.monotonic()
@@ -111,19 +106,14 @@ class RunEventStream:
         self.done = False
 
     def open(self) -> list[str]:
-        # Mark, timeline, then summary: whatever happens between the reads is sent as an event
+        # Mark, last seq, then summary: whatever commits between the reads is sent as an event
         # (and may show in the summary already), never skipped.
         self.mark = changed_runs({self.run_id: None}).get(self.run_id)
-        events = self._read_timeline()
-        summary = pw.get_run_status(self.run_id)
+        summary_id = None
         if self.last_event_id is None:
-            self.sent.update(_identity(event) for event in events)
-            last = events[-1]["seq"] if events else -1
-            chunks = [sse("summary", summary, event_id=last)]
-        else:
-            seen = [event for event in events if event["seq"] <= self.last_event_id]
-            self.sent.update(_identity(event) for event in seen)
-            chunks = [sse("summary", summary), *self._unsent(events)]
+            self.sent_seq = summary_id = last_event_seq(self.run_id)
+        summary = pw.get_run_status(self.run_id)
+        chunks = [sse("summary", summary, event_id=summary_id), *self._unsent()]
         if summary["status"] in TERMINAL_RUN_STATUSES:
             chunks.append(self._end(summary))
         return chunks
@@ -133,7 +123,7 @@ class RunEventStream:
         status = WorkflowRun.objects.filter(pk=self.run_id).values_list("status", flat=True)
         try:
             ended = status.get() in TERMINAL_RUN_STATUSES
-            chunks = self._unsent(self._read_timeline())
+            chunks = self._unsent()
             if ended:
                 chunks.append(self._end(pw.get_run_status(self.run_id)))
         except (WorkflowRun.DoesNotExist, pw.RunNotFound):
@@ -158,18 +148,13 @@ class RunEventStream:
             self.written_at = now
         return chunks
 
-    def _read_timeline(self) -> list[dict[str, Any]]:
+    def _unsent(self) -> list[str]:
+        """The events after the last one sent (seqs are never renumbered: the log only grows)."""
         self.synced_at = time.monotonic()
-        return pw.get_run_timeline(self.run_id)
-
-    def _unsent(self, events: list[dict[str, Any]]) -> list[str]:
-        chunks = []
-        for event in events:
-            identity = _identity(event)
-            if identity not in self.sent:
-                self.sent.add(identity)
-                chunks.append(sse("timeline", event, event_id=event["seq"]))
-        return chunks
+        events = timeline_after(self.run_id, self.sent_seq)
+        if events:
+            self.sent_seq = events[-1]["seq"]
+        return [sse("timeline", event, event_id=event["seq"]) for event in events]
 
     def _end(self, summary: dict[str, Any] | None) -> str:
         self.done = True

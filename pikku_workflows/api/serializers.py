@@ -260,9 +260,37 @@ class RunSummarySerializer(RunFieldsSerializer):
     output = serializers.JSONField(allow_null=True, help_text="Set once the run completed.")
 
 
-class RunListItemSerializer(RunFieldsSerializer):
-    """A run summary without `output`; `include=input,output` adds either."""
+class ListWaitingOnSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=WaitingKind.choices)
+    step_key = serializers.CharField(required=False, allow_null=True)
 
+
+class RunListItemSerializer(serializers.Serializer):
+    """What the list shows of a run, read from its row alone (as of its last pass or move): the
+    summary without its steps; `include=input,output` adds either."""
+
+    id = serializers.UUIDField()
+    workflow = serializers.CharField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    started_by = serializers.CharField(allow_null=True, help_text="username")
+    planned_steps = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    steps_total = serializers.IntegerField(help_text="Steps the run has reached.")
+    steps_done = serializers.IntegerField(help_text="Steps that succeeded.")
+    current_step_key = serializers.CharField(
+        allow_null=True, help_text="Its newest step in flight, else its newest step."
+    )
+    waiting_on = ListWaitingOnSerializer(
+        allow_null=True,
+        help_text="What a live run waits on: the kind, and the step (kinds but suspend, pass); "
+        "the run's own summary has the details.",
+    )
+    last_error_code = serializers.CharField(
+        allow_null=True, help_text="The run's error code, else its newest failed step's."
+    )
+    error = RunErrorSerializer(allow_null=True)
+    compensation = serializers.ChoiceField(choices=Compensation.choices, allow_null=True)
     input = serializers.JSONField(allow_null=True, required=False)
     output = serializers.JSONField(allow_null=True, required=False)
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth import get_permission_codename
 from django.core.handlers.asgi import ASGIRequest
 from django.db import transaction
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, QuerySet
 from django_filters import utils as filter_utils
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
@@ -32,7 +32,7 @@ from rest_framework.serializers import Serializer
 
 import pikku_workflows as pw
 
-from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..models import WorkflowRun
 from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import (
@@ -41,8 +41,8 @@ from .engine_internals import (
     OPERATION_RULES,
     RELEASE,
     Rule,
+    list_summary,
     start_run,
-    summarize,
 )
 from .errors import exception_handler
 from .events import (
@@ -104,31 +104,6 @@ SIGNAL_NAME = OpenApiParameter(
     {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME},
     OpenApiParameter.PATH,
     description="The signal's name, as the run's `wf.wait_for_signal` waits for it.",
-)
-# Step and history columns the list's summaries read (the JSON payloads stay in the database).
-SUMMARY_STEP_COLUMNS = (
-    "id",
-    "run_id",
-    "step_key",
-    "kind",
-    "function_name",
-    "status",
-    "attempt",
-    "attempt_limit",
-    "child_run_id",
-    "lease_expires_at",
-    "wake_at",
-    "created_at",
-    "gather_key",
-)
-SUMMARY_HISTORY_COLUMNS = (
-    "id",
-    "step_id",
-    "attempt",
-    "created_at",
-    "running_at",
-    "succeeded_at",
-    "failed_at",
 )
 
 
@@ -219,27 +194,11 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         return Response(summary, status=answer, headers=headers)
 
 
-def summary_steps() -> QuerySet[WorkflowStep]:
-    """A run's steps as the summary reads them, prefetched for a whole page in two queries."""
-    history = WorkflowStepHistory.objects.order_by("attempt").only(*SUMMARY_HISTORY_COLUMNS)
-    return (
-        WorkflowStep.objects.with_clock()  # what the summary asks the database clock
-        .order_by("created_at", "step_key")
-        .only(*SUMMARY_STEP_COLUMNS)
-        .prefetch_related(Prefetch("history", queryset=history))
-    )
-
-
 def list_item(run: WorkflowRun, include: list[str]) -> dict[str, Any]:
-    """A run's summary without `output`, unless `include` names it (and with `input` if so)."""
-    if "output" not in include:
-        # Deferred by the list query: assigning it keeps `summarize` from loading it per run.
-        run.output = None
-    item = summarize(run, run.summary_steps)  # type: ignore[attr-defined]
-    if "output" not in include:
-        del item["output"]
-    if "input" in include:
-        item["input"] = run.input
+    """A run's list item, from its row alone; `include` adds `input` and `output`."""
+    item = list_summary(run)
+    for field in include:
+        item[field] = getattr(run, field)
     return item
 
 
@@ -320,7 +279,6 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
             self.filter_queryset(self.get_queryset())
             .select_related("started_by")
             .defer(*deferred, "state")
-            .prefetch_related(Prefetch("steps", summary_steps(), to_attr="summary_steps"))
         )
         page = self.paginate_queryset(runs)
         return self.get_paginated_response([list_item(run, include) for run in page or []])

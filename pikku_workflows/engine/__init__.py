@@ -85,8 +85,12 @@ store, the tables:
 - `store.purge_rows`: a purge's writes: every row naming a purged run through a foreign key
   (the plan read from the models' `_meta`) deleted or its key cleared, tombstones written
   (`purge_rows.sql`).
+- `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
+  last error code), computed by the database in the write that ends a pass or moves the run.
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
+- `store.event_log`: the timeline's event log, read in seq order (its rows are written by
+  database triggers; the seq is assigned at commit, under the run's event lock).
 - `store.tables`: the quoted table and column names the statements use.
 
 Rules that hold across it (tests/unit/test_engine__layout.py checks them): a run is failed only

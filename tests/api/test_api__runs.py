@@ -24,14 +24,29 @@ def listed(response) -> list[str]:
     return [item["id"] for item in response.json()["results"]]
 
 
-def test_list__items_are_summaries_without_output(shop, operator_api):
+def test_list__items_are_the_summary_from_the_run_row(shop, operator_api):
     run = shop.start(amount=4)
 
     item = operator_api.get(API + "runs/").json()["results"][0]
 
-    expected = pw.get_run_status(run.pk)
-    del expected["output"]
-    assert item == expected
+    summary = pw.get_run_status(run.pk)
+    same = ("id", "workflow", "status", "started_at", "finished_at", "started_by", "error")
+    same += ("planned_steps", "compensation")
+    assert {key: item[key] for key in same} == {key: summary[key] for key in same}
+    assert (item["steps_total"], item["steps_done"]) == (len(summary["steps"]), 3)
+    assert (item["current_step_key"], item["waiting_on"]) == (summary["steps"][-1]["key"], None)
+    assert item["last_error_code"] is None
+    assert "steps" not in item and "output" not in item
+
+
+def test_list__items_say_what_a_live_run_waits_on(shop, operator_api):
+    run = shop.start(review=True, amount=4)
+
+    item = operator_api.get(API + "runs/").json()["results"][0]
+
+    assert item["status"] == "suspended"
+    assert item["waiting_on"] == {"kind": "suspend"}
+    assert item["waiting_on"]["kind"] == pw.get_run_status(run.pk)["waiting_on"]["kind"]
 
 
 def test_list__include_adds_input_and_output(shop, operator_api):

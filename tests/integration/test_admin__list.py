@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from pikku_workflows.engine.store.run_list_fields import refresh_list_fields
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.admin_support import CHANGELIST, change_url, listed_ids
@@ -45,6 +46,7 @@ def runs(shop: Shop) -> dict[str, WorkflowRun]:
             status=StepStatus.RUNNING,
             lease_expires_at=lease,
         )
+        refresh_list_fields(built[name].pk)  # as the pass that parked it on the step does
     return built
 
 
@@ -286,7 +288,7 @@ def test_list__leaves_json_payloads_in_the_database(admin_client, runs):
     with CaptureQueriesContext(connection) as queries:
         assert admin_client.get(CHANGELIST).status_code == 200
 
-    page_sql = next(query["sql"] for query in queries if "steps_succeeded" in query["sql"])
+    page_sql = next(query["sql"] for query in queries if '"steps_done"' in query["sql"])
     select_list = page_sql.split(' FROM "pikku_workflows_workflowrun"')[0]
     for column in ("input", "output", "state"):
         assert f'"pikku_workflows_workflowrun"."{column}"' not in select_list

@@ -172,13 +172,14 @@ def test_recover__redispatches_a_lapsed_lease_as_a_new_attempt(ran, fresh_backof
         this_process(),
     )
     assert "attempt 1: lease lapsed" in dead.error["message"]
-    # The API's timeline shows the break: attempt 1 ends at its lapse, then attempt 2 runs.
+    # The API's timeline shows the break: attempt 1 ends (recorded when the lapse was found),
+    # then attempt 2 runs.
     charge = [e for e in pw.get_run_timeline(run_id) if e["step_key"] == "charge"]
     events = {(e["attempt"], e["event"]): e for e in charge}
     assert set(events) >= {(1, "running"), (1, "failed"), (2, "running"), (2, "succeeded")}
     lapse = events[1, "failed"]
-    assert (lapse["error"]["code"], lapse["at"]) == ("STEP_LEASE_EXPIRED", lapsed_at.isoformat())
-    assert lapse["seq"] < events[2, "running"]["seq"]
+    assert lapse["error"]["code"] == "STEP_LEASE_EXPIRED"
+    assert events[1, "running"]["seq"] < lapse["seq"] < events[2, "running"]["seq"]
     # One sentence for the takeover: run, step, the silent worker, the new attempt.
     [takeover] = [r.getMessage() for r in caplog.records if "takes over" in r.getMessage()]
     assert takeover == (

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows import tasks
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from pikku_workflows.models import WorkflowEvent, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepStatus
 from tests.conftest import wait_until
 from tests.queue import drain_queue, queued_tasks
@@ -107,11 +107,20 @@ def test_in_place__a_step_costs_one_statement(chain):
         with CaptureQueriesContext(connection) as captured:
             tasks.orchestrate(run_id)
         assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+        # The event log's rows ride in those statements (triggers write them).
+        assert brief_log(run_id) == [
+            (f"s{i}", event) for i in range(k) for event in ("pending", "running", "succeeded")
+        ]
         return len(captured.captured_queries)
 
     statements_for(2)  # warm: statement caches, first-use imports
     # Each step's creation records the previous step's result: one statement, one commit.
     assert statements_for(12) - statements_for(2) == 10
+
+
+def brief_log(run_id: str) -> list[tuple[str, str]]:
+    events = WorkflowEvent.objects.filter(run_id=run_id).order_by("seq")
+    return list(events.values_list("step_key", "event"))
 
 
 @override_settings(PIKKU_WORKFLOWS={"IN_PLACE_MAX_STEPS": 3})

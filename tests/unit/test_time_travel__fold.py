@@ -1,5 +1,5 @@
-"""The pure timeline: history rows exploded into ordered events, and the fold of those events
-into a run's state at a point (no database)."""
+"""The pure timeline: the event log's rows as timeline events, and the fold of those events into
+a run's state at a point (no database)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def at(seconds: float) -> datetime:
 
 
 def row(key: str, attempt: int, status: str, **times: float) -> dict[str, Any]:
-    """A history row; `times` in seconds after T0 by column (created_at=0, running_at=1...)."""
+    """An attempt: its step, result, error and the seconds after T0 it reached each status
+    (created_at=0, running_at=1...)."""
     values: dict[str, Any] = {
         "step_key": key,
         "from_step_key": None,
@@ -27,18 +28,43 @@ def row(key: str, attempt: int, status: str, **times: float) -> dict[str, Any]:
         "status": status,
         "result": None,
         "error": None,
-        "scheduled_at": None,
-        "running_at": None,
-        "waiting_at": None,
-        "succeeded_at": None,
-        "failed_at": None,
     }
-    values.update({column: at(seconds) for column, seconds in times.items()})
+    values["times"] = {column: at(seconds) for column, seconds in times.items()}
     return values
 
 
 def audit(action: str, seconds: float, user: str | None = "ops") -> dict[str, Any]:
     return {"action": action, "user": user, "created_at": at(seconds)}
+
+
+COLUMNS = {
+    "pending": "created_at",
+    "scheduled": "scheduled_at",
+    "running": "running_at",
+    "waiting": "waiting_at",
+    "succeeded": "succeeded_at",
+    "failed": "failed_at",
+}
+
+
+def timeline(attempts: list[dict[str, Any]], actions: list[dict[str, Any]]) -> list[dict]:
+    """The timeline of these attempts and operator actions, as the event log holds them when
+    each event committed at the moment it names (in time order, numbered from 0)."""
+    log = [
+        {"at": times[column], "step_key": a["step_key"], "attempt": a["attempt"], "event": event}
+        for a in attempts
+        for times in [a["times"]]
+        for event, column in COLUMNS.items()
+        if column in times
+    ]
+    log += [
+        {"at": e["created_at"], "step_key": None, "attempt": None, "event": e["action"]}
+        | {"user": e["user"]}
+        for e in actions
+    ]
+    log.sort(key=lambda event: event["at"])
+    rows = [{"seq": seq, "user": None, **event} for seq, event in enumerate(log)]
+    return build_timeline(rows, {(a["step_key"], a["attempt"]): a for a in attempts})
 
 
 def retried_step() -> list[dict[str, Any]]:
@@ -50,19 +76,19 @@ def retried_step() -> list[dict[str, Any]]:
     ship = row("ship", 1, "succeeded", created_at=4, running_at=4, succeeded_at=5)
     ship["from_step_key"] = "charge"
     ship["result"] = "shipped"
-    return build_timeline([first, second, ship], [])
+    return timeline([first, second, ship], [])
 
 
 def brief(events: list[dict[str, Any]]) -> list[tuple]:
     return [(e["seq"], e["step_key"], e["attempt"], e["event"]) for e in events]
 
 
-def test_build_timeline__explodes_each_attempt_with_exactly_the_listed_keys():
+def test_build_timeline__each_event_has_exactly_the_listed_keys():
     done = row("charge", 1, "succeeded", created_at=0, scheduled_at=1, running_at=2, succeeded_at=3)
     done["from_step_key"] = "validate"
     done["result"] = {"paid": 5}
 
-    events = build_timeline([done], [])
+    events = timeline([done], [])
 
     assert events == [
         {
@@ -96,7 +122,7 @@ def test_build_timeline__failed_attempt_carries_its_error_and_no_result():
     failed = row("charge", 1, "failed", created_at=0, running_at=1, failed_at=2)
     failed["error"] = {"code": "TIMEOUT", "message": "too slow"}
 
-    last = build_timeline([failed], [])[-1]
+    last = timeline([failed], [])[-1]
 
     assert last == {
         "seq": 2,
@@ -109,7 +135,7 @@ def test_build_timeline__failed_attempt_carries_its_error_and_no_result():
 
 
 def test_build_timeline__operator_action_has_null_step_and_attempt_and_a_user():
-    events = build_timeline([], [audit("cancel", 1, user="alice"), audit("retry", 2, user=None)])
+    events = timeline([], [audit("cancel", 1, user="alice"), audit("retry", 2, user=None)])
 
     assert events == [
         {
@@ -131,50 +157,13 @@ def test_build_timeline__operator_action_has_null_step_and_attempt_and_a_user():
     ]
 
 
-def test_build_timeline__waiting_attempt_is_exploded_in_time_order():
-    child = row("invoice", 1, "succeeded", created_at=0, waiting_at=1, succeeded_at=4)
-
-    assert [e["event"] for e in build_timeline([child], [])] == ["pending", "waiting", "succeeded"]
-
-
-def test_build_timeline__sorted_by_time_across_steps_and_operator_actions():
-    late = row("b", 1, "succeeded", created_at=3, running_at=3, succeeded_at=4)
-    early = row("a", 1, "succeeded", created_at=0, running_at=1, succeeded_at=2)
-
-    events = build_timeline([late, early], [audit("suspend", 2.5)])
-
-    assert brief(events) == [
-        (0, "a", 1, "pending"),
-        (1, "a", 1, "running"),
-        (2, "a", 1, "succeeded"),
-        (3, None, None, "suspend"),
-        (4, "b", 1, "pending"),
-        (5, "b", 1, "running"),
-        (6, "b", 1, "succeeded"),
+def test_build_timeline__keeps_the_logs_order_and_seqs():
+    rows = [
+        {"seq": 7, "at": at(5), "step_key": "b", "attempt": 1, "event": "running", "user": None},
+        {"seq": 8, "at": at(4), "step_key": "a", "attempt": 1, "event": "running", "user": None},
     ]
 
-
-def test_build_timeline__ties_by_lifecycle_then_attempt_operator_last():
-    # A step created straight into running, a copied (forked) step created succeeded, and an
-    # operator action, all at the same instant.
-    inline = row("a", 1, "running", created_at=0, running_at=0)
-    copied = row("b", 1, "succeeded", created_at=0, succeeded_at=0)
-    second = row("c", 2, "pending", created_at=0)
-    first = row("c", 1, "failed", created_at=0, failed_at=0)
-
-    events = build_timeline([inline, copied, second, first], [audit("fork", 0)])
-
-    assert [(e["step_key"], e["attempt"], e["event"]) for e in events] == [
-        ("a", 1, "pending"),
-        ("b", 1, "pending"),
-        ("c", 1, "pending"),
-        ("c", 2, "pending"),
-        ("a", 1, "running"),
-        ("b", 1, "succeeded"),
-        ("c", 1, "failed"),
-        (None, None, "fork"),
-    ]
-    assert [e["seq"] for e in events] == list(range(8))
+    assert brief(build_timeline(rows, {})) == [(7, "b", 1, "running"), (8, "a", 1, "running")]
 
 
 def test_state_at__before_the_first_event_is_empty_and_pending():
@@ -262,7 +251,7 @@ def test_state_at__last_event_of_a_running_run_follows_its_steps():
 
 
 def test_state_at__operator_actions_after_the_end_keep_the_runs_end():
-    events = build_timeline(
+    events = timeline(
         [row("a", 1, "succeeded", created_at=0, running_at=0, succeeded_at=1)], [audit("fork", 9)]
     )
 
@@ -274,22 +263,20 @@ def test_state_at__operator_actions_after_the_end_keep_the_runs_end():
 
 def test_state_at__failed_run_ends_failed_even_when_no_step_failed():
     # The body itself raised after its only step succeeded.
-    events = build_timeline(
-        [row("a", 1, "succeeded", created_at=0, running_at=0, succeeded_at=1)], []
-    )
+    events = timeline([row("a", 1, "succeeded", created_at=0, running_at=0, succeeded_at=1)], [])
 
     assert state_at(events, run_status="failed")["phase"] == "failed"
 
 
 def test_state_at__a_waiting_step_is_the_waiting_phase():
-    events = build_timeline([row("ok", 1, "waiting", created_at=0, waiting_at=1)], [])
+    events = timeline([row("ok", 1, "waiting", created_at=0, waiting_at=1)], [])
 
     assert state_at(events, run_status="running")["phase"] == "waiting"
     assert state_at(events, 0, run_status="running")["phase"] == "running"
 
 
 def test_state_at__cancel_and_suspend_halt_until_resume_or_retry():
-    events = build_timeline(
+    events = timeline(
         [row("a", 1, "scheduled", created_at=0, scheduled_at=1)],
         [audit("suspend", 2), audit("resume", 3), audit("cancel", 4)],
     )
@@ -301,7 +288,7 @@ def test_state_at__cancel_and_suspend_halt_until_resume_or_retry():
 
 def test_state_at__suspended_run_parked_on_a_pending_step_is_idle():
     # RPC_NOT_FOUND leaves the step pending (no attempt) and suspends the run: no audit row.
-    events = build_timeline([row("pay", 1, "pending", created_at=0)], [])
+    events = timeline([row("pay", 1, "pending", created_at=0)], [])
 
     assert state_at(events, run_status="suspended")["phase"] == "idle"
 
@@ -310,7 +297,7 @@ def test_state_at__a_caught_failure_followed_by_success_is_not_failed():
     bad = row("a", 1, "failed", created_at=0, running_at=0, failed_at=1)
     good = row("b", 1, "succeeded", created_at=2, running_at=2, succeeded_at=3)
 
-    state = state_at(build_timeline([bad, good], []), run_status="running")
+    state = state_at(timeline([bad, good], []), run_status="running")
 
     assert state["phase"] == "idle"
     assert state["results"] == {"b": None}
@@ -324,7 +311,7 @@ def test_state_at__stale_events_change_nothing():
     second = row("a", 2, "succeeded", created_at=2, running_at=6, succeeded_at=4)
     second["result"] = "ok"
 
-    state = state_at(build_timeline([late_outcome, second], []), run_status="completed")
+    state = state_at(timeline([late_outcome, second], []), run_status="completed")
 
     assert state["steps"]["a"] == {
         "status": "succeeded",
@@ -335,7 +322,7 @@ def test_state_at__stale_events_change_nothing():
 
 
 def test_state_at__path_is_first_seen_order_and_keys_are_listed_once():
-    events = build_timeline(
+    events = timeline(
         [
             row("b", 1, "failed", created_at=1, running_at=1, failed_at=2),
             row("a", 1, "succeeded", created_at=0, running_at=0, succeeded_at=0.5),

@@ -13,16 +13,16 @@ from django.db.models import F, Prefetch
 from ...approvals.policy import approval_id_for
 from ...exceptions import RunNotFound, RunPurged
 from ...models import (
-    WorkflowAuditEntry,
     WorkflowRun,
     WorkflowRunTombstone,
     WorkflowStep,
     WorkflowStepHistory,
 )
-from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
+from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 from ...time_travel import build_timeline, state_at
 from ...waiting import WaitingKind
 from ..replay.replay_pass import lease_lapsed
+from ..store.event_log import last_seq, read_events
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -85,6 +85,34 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "planned_steps": run.planned_steps,
         "waiting_on": waiting_on(run, steps),
         "output": run.output if run.status == RunStatus.COMPLETED else None,
+        "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
+        "compensation": run.compensation,
+    }
+
+
+def list_summary(run: WorkflowRun) -> dict[str, Any]:
+    """What a list shows of a run, from its row alone: the summary without its steps, with the
+    list fields instead (`steps_total`, `steps_done`, `current_step_key`, `last_error_code`,
+    and `waiting_on` as `{kind, step_key}`), as of the run's last pass or move."""
+    error = run.error or None
+    waiting: dict[str, Any] | None = None
+    if run.waiting_on is not None:
+        waiting = {"kind": run.waiting_on}
+        if run.waiting_on not in (WaitingKind.SUSPEND, WaitingKind.PASS):
+            waiting["step_key"] = run.current_step_key
+    return {
+        "id": str(run.pk),
+        "workflow": run.workflow,
+        "status": run.status,
+        "started_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "started_by": run.started_by.get_username() if run.started_by else None,
+        "planned_steps": run.planned_steps,
+        "steps_total": run.steps_total,
+        "steps_done": run.steps_done,
+        "current_step_key": run.current_step_key,
+        "waiting_on": waiting,
+        "last_error_code": run.last_error_code,
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
         "compensation": run.compensation,
     }
@@ -164,15 +192,12 @@ def _parked_wait(step: WorkflowStep) -> dict[str, Any]:
     return wait
 
 
-HISTORY_COLUMNS = ("attempt", "status", "result", "error", *HISTORY_TIMESTAMP.values())
-
-
 def get_run_timeline(run_id: Any) -> list[dict[str, Any]]:
-    """`[{seq, at, step_key, attempt, event, ...}]`, ordered; see `time_travel` for the keys."""
+    """`[{seq, at, step_key, attempt, event, ...}]`, in seq order; see `time_travel` for the keys."""
     pk = run_pk(run_id)
     if not WorkflowRun.objects.filter(pk=pk).exists():
         raise missing_run(run_id)
-    return _timeline(pk)
+    return timeline_after(pk, -1)
 
 
 def reconstruct_run_state(run_id: Any, at: Any = None) -> dict[str, Any]:
@@ -182,31 +207,23 @@ def reconstruct_run_state(run_id: Any, at: Any = None) -> dict[str, Any]:
     status = WorkflowRun.objects.filter(pk=pk).values_list("status", flat=True).first()
     if status is None:
         raise missing_run(run_id)
-    return state_at(_timeline(pk), at, run_status=status)
+    return state_at(timeline_after(pk, -1), at, run_status=status)
 
 
-def _timeline(pk: uuid.UUID) -> list[dict[str, Any]]:
-    # Rows in step creation order, so events tied on time, lifecycle and attempt keep it.
-    history = (
-        WorkflowStepHistory.objects.filter(step__run_id=pk)
-        .order_by("step__created_at", "step__step_key", "attempt")
-        .values(
-            *HISTORY_COLUMNS,
-            step_key=F("step__step_key"),
-            from_step_key=F("step__from_step_key"),
-        )
+def last_event_seq(run_id: Any) -> int:
+    """The seq of the run's last timeline event (-1: none yet)."""
+    return last_seq(run_id)
+
+
+def timeline_after(run_id: Any, seq: int) -> list[dict[str, Any]]:
+    """The run's timeline events with a seq above `seq` (what a live stream has not sent)."""
+    rows = read_events(run_id, after=seq)
+    history = WorkflowStepHistory.objects.filter(step__run_id=run_id)
+    if seq >= 0:  # a stream's few new events: only their steps' attempts
+        keys = {row["step_key"] for row in rows if row["step_key"] is not None}
+        history = history.filter(step__step_key__in=keys)
+    attempts = history.values("attempt", "result", "error").annotate(
+        step_key=F("step__step_key"), from_step_key=F("step__from_step_key")
     )
-    entries = (
-        WorkflowAuditEntry.objects.filter(run_id=pk)
-        .select_related("user")
-        .order_by("created_at", "id")
-    )
-    audit = [
-        {
-            "action": entry.action,
-            "user": entry.user.get_username() if entry.user else None,
-            "created_at": entry.created_at,
-        }
-        for entry in entries
-    ]
-    return build_timeline(history, audit)
+    recorded = {(row["step_key"], row["attempt"]): row for row in attempts} if rows else {}
+    return build_timeline(rows, recorded)

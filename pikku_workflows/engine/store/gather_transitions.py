@@ -23,6 +23,7 @@ from ...sql import Statements
 from ...status import RunStatus, StepDispatch, StepStatus
 from .claims import lock_run_for_gather_txn
 from .leases import acquire_run_lease
+from .run_list_fields import parked_list_params
 from .step_transitions import note_attempt_end, record_step_outcome
 from .tables import engine_names
 
@@ -71,6 +72,7 @@ def create_dispatched_steps(
         "scheduled": StepStatus.SCHEDULED,
         "queued": StepDispatch.QUEUED,
         "steps": json.dumps(rows),
+        **parked_list_params([step.step_key for step in steps]),
         **messages_params(
             {step.pk: message for step, message in zip(steps, messages, strict=True)}
         ),

@@ -21,6 +21,7 @@ from ...models import WorkflowRun, WorkflowStep
 from ...outages import outages
 from ...querysets import DatabaseNow, database_in
 from ...status import RunStatus, StepStatus
+from .run_list_fields import list_field_values
 
 
 def new_lease_holder() -> str:
@@ -61,13 +62,14 @@ def request_rerun(run_id: Any) -> bool:
 def release_run_lease(run_id: Any, holder: str) -> bool:
     """Release the lease unless another pass was requested meanwhile.
 
-    Returns True when released. False means a rerun is due: the flag is cleared here and the
+    Returns True when released (the run's list fields recomputed in the same write, as the pass
+    leaves it). False means a rerun is due: the flag is cleared here and the
     caller (still the holder) runs another pass. The release and the check are one UPDATE, so
     a request arriving at any moment is either seen here or finds the lease free.
     """
     released = WorkflowRun.objects.filter(
         pk=run_id, lease_holder=holder, rerun_requested=False
-    ).update(lease_holder=None, lease_expires_at=None)
+    ).update(lease_holder=None, lease_expires_at=None, **list_field_values())
     if released:
         return True
     # Held by us with a rerun pending (or lost to another holder: then there is nothing to do).

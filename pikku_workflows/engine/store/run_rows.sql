@@ -13,6 +13,7 @@ INSERT INTO {run} (id, workflow, status, input, output, error, state, planned_st
     code_version, inline, idempotency_key, idempotency_scope, started_by_id, subject_type_id,
     subject_id, parent_run_id, parent_step_id, forked_from_id, lease_holder, lease_expires_at,
     rerun_requested, wake_at, random_seed, compensation, compensation_cause, retention_hold,
+    steps_total, steps_done, current_step_key, waiting_on, last_error_code,
     created_at, updated_at, finished_at)
 VALUES (%(id)s::uuid, %(workflow)s, %(status)s, %(input)s::jsonb, %(output)s::jsonb,
     %(error)s::jsonb, %(state)s::jsonb, %(planned_steps)s::jsonb, %(graph_hash)s,
@@ -22,5 +23,7 @@ VALUES (%(id)s::uuid, %(workflow)s, %(status)s, %(input)s::jsonb, %(output)s::js
     clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
     %(rerun_requested)s::boolean, %(wake_at)s::timestamptz, %(random_seed)s::bigint,
     %(compensation)s, %(compensation_cause)s::jsonb, %(retention_hold)s::boolean,
+    %(steps_total)s::integer,
+    %(steps_done)s::integer, %(current_step_key)s, %(waiting_on)s, %(last_error_code)s,
     %(created_at)s::timestamptz,
     %(updated_at)s::timestamptz, %(finished_at)s::timestamptz)

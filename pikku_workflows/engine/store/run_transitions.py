@@ -12,6 +12,7 @@ from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
 from ...querysets import DatabaseNow
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
+from .run_list_fields import KEEP_ERROR, list_field_values
 from .transitions import checked_sources
 
 
@@ -39,7 +40,8 @@ def move_run(
             fields.update(lease_holder=None, lease_expires_at=None, rerun_requested=False)
     elif target == RunStatus.RUNNING:
         fields.setdefault("finished_at", None)
-    if runs.update(status=target, updated_at=DatabaseNow(), **fields):
+    listed = list_field_values(target, fields.get("error", KEEP_ERROR))
+    if runs.update(status=target, updated_at=DatabaseNow(), **listed, **fields):
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:

@@ -39,6 +39,7 @@ from ...status import (
 )
 from ...worker_registration import this_process
 from .claims import lock_running_run_txn
+from .run_list_fields import parked_list_params
 from .tables import engine_names
 from .transitions import checked_sources, history_stamps, on_postgresql
 
@@ -143,6 +144,7 @@ def create_dispatched_step(
     )
     params = _new_step_params(step, None, None, StepDispatch.QUEUED) | message.params()
     params |= {"lease_holder": lease_holder, "run_running": RunStatus.RUNNING}
+    params |= parked_list_params([step_key])
     row = _fetch_one("insert_dispatched_step", params)
     if row is None:
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")

@@ -52,11 +52,23 @@ SELECT lease_expires_at, wake_at FROM new_step
 -- (fragment) CTE `lease`: the run %(run_id)s while it is running under this pass's lease
 -- %(lease_holder)s, its lease handed back unless a rerun was asked for (`released`). The guard
 -- and the release are one write: the run row stays locked until commit, so a cancel waits,
--- then finds what the statement wrote.
+-- then finds what the statement wrote. Its list fields as the pass leaves it, parked on the
+-- steps the statement inserts (invisible to this part of it: %(new_own_steps)s of them not the
+-- engine's own, the newest %(current_step_key)s), which wait for a worker (%(waiting_step)s).
 lease AS (
     UPDATE {run} SET
         lease_holder = CASE WHEN rerun_requested THEN lease_holder END,
-        lease_expires_at = CASE WHEN rerun_requested THEN lease_expires_at END
+        lease_expires_at = CASE WHEN rerun_requested THEN lease_expires_at END,
+        steps_total = %(new_own_steps)s + (
+            SELECT count(*) FROM {step}
+            WHERE run_id = %(run_id)s AND step_key NOT LIKE %(engine_keys)s
+        ),
+        steps_done = (
+            SELECT count(*) FROM {step}
+            WHERE run_id = %(run_id)s AND status = %(succeeded)s AND step_key NOT LIKE %(engine_keys)s
+        ),
+        current_step_key = %(current_step_key)s,
+        waiting_on = %(waiting_step)s
     WHERE id = %(run_id)s AND status = %(run_running)s AND lease_holder = %(lease_holder)s
     RETURNING id, NOT rerun_requested AS released
 )
