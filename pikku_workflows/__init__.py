@@ -40,6 +40,7 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
+from .flow import Concurrency
 from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ __all__ = [
     "ApprovalNotFound",
     "ApprovalOutcome",
     "ApprovalResolved",
+    "Concurrency",
     "IdempotencyConflict",
     "InvalidInput",
     "InvalidTransition",

@@ -345,6 +345,22 @@ class WorkflowCancelled(WorkflowError):
     code = "WORKFLOW_CANCELLED"
 
 
+class ConcurrencySkipped(WorkflowError):
+    """The run's concurrency key was full and its rule says `on_full="skip"`."""
+
+    # Never raised: the reason recorded on the run cancelled at its start.
+
+    code = "CONCURRENCY_SKIPPED"
+
+
+class ConcurrencyReplaced(WorkflowError):
+    """A newer run with the same concurrency key replaced this one (`on_full="replace"`)."""
+
+    # Never raised: the reason recorded on the run it cancelled.
+
+    code = "CONCURRENCY_REPLACED"
+
+
 class CompensationFailed(WorkflowError):
     """A step that undoes a succeeded step (`compensate=`) spent its attempts: the run ends
     failed with this error (`cause`: what it was being undone for); `retry_run` retries the

@@ -83,6 +83,12 @@ class WorkflowRun(models.Model):
     # Why they are undone: the error the run ends with once they are (its body's failure, or
     # the cancel that asked for it).
     compensation_cause = models.JSONField(null=True, blank=True)
+    # The key its workflow's concurrency rule gave it (docs/flow-control.md); NULL without one.
+    concurrency_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    # Seconds a queued run goes ahead of its start time: admission order is created_at - priority.
+    priority = models.IntegerField(default=0)
+    # A queued run is not admitted before this time (database clock).
+    not_before = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -107,6 +113,12 @@ class WorkflowRun(models.Model):
             # The admin counts runs per version ("started on an older version").
             models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
+            # Admission finds the queued runs of one key (and recovery every key with some).
+            models.Index(
+                fields=["workflow", "concurrency_key", "created_at"],
+                name="pikku_run_queued_key",
+                condition=Q(status="queued"),
+            ),
             # The stalled-run sweep scans running runs by age.
             models.Index(
                 fields=["updated_at"],
@@ -463,3 +475,44 @@ class WorkflowWorker(models.Model):
 
     def __str__(self) -> str:
         return f"pikku_worker {self.pid} on {self.host} ({self.cluster})"
+
+
+class WorkflowSlot(models.Model):
+    """A place an admitted run holds under a rule: `rule` names it (`workflow:<name>` for a
+    workflow's concurrency rule), `key` is the run's key under it. A concurrency slot is held
+    from admission until its run ends, and deleted in the transaction that ends it."""
+
+    id = models.BigAutoField(primary_key=True)
+    rule = models.CharField(max_length=NAME_MAX_LENGTH + 16)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="slots")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "rule"], name="pikku_slot_run_rule_unique")
+        ]
+        indexes = [models.Index(fields=["rule", "key"], name="pikku_slot_rule_key")]
+
+    def __str__(self) -> str:
+        return f"slot of {self.run_id} under {self.rule} ({self.key})"
+
+
+class WorkflowSlotCount(models.Model):
+    """How many slots of `key` under `rule` are held: the row a start's one statement counts
+    and takes a slot with (its row lock makes concurrent starts of one key take turns), and the
+    lock whatever frees or hands out the key's slots holds first."""
+
+    id = models.BigAutoField(primary_key=True)
+    rule = models.CharField(max_length=NAME_MAX_LENGTH + 16)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    held = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "key"], name="pikku_slot_count_rule_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.held} slot(s) of {self.key} under {self.rule}"

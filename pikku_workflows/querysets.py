@@ -90,6 +90,7 @@ WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
     WaitingKind.SIGNAL: lambda: runs_with_step(_steps().awaiting_signal()),
     WaitingKind.SUSPEND: lambda: models.Q(status=RunStatus.SUSPENDED),
     WaitingKind.PASS: lambda: _waiting_for_a_pass(),
+    WaitingKind.ADMISSION: lambda: models.Q(status=RunStatus.QUEUED),
 }
 
 
@@ -97,7 +98,7 @@ def _waiting_for_a_pass() -> models.Q:
     """Running runs waiting on none of the step kinds: their next pass is all they wait for."""
     on_a_step = models.Q(pk__in=[])
     for kind, predicate in WAITING_KINDS.items():
-        if kind not in (WaitingKind.SUSPEND, WaitingKind.PASS):
+        if kind not in (WaitingKind.SUSPEND, WaitingKind.PASS, WaitingKind.ADMISSION):
             on_a_step |= predicate()
     return models.Q(status=RunStatus.RUNNING) & ~on_a_step
 

@@ -18,6 +18,7 @@ from .conf import pikku_settings
 from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
+from .flow import Concurrency
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .step_keys import RESERVED_KEY_CHARACTERS
@@ -74,6 +75,8 @@ class WorkflowDefinition:
     # What the body calls that a replay would see differently (read from its source when it
     # registers; `manage.py check` warns of each).
     nondeterminism: tuple[Finding, ...] = ()
+    # How many runs with the same key may be admitted at once (docs/flow-control.md).
+    concurrency: Concurrency | None = None
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -126,6 +129,9 @@ class Registry:
         # A body that calls what a replay would see differently is refused, not only warned of
         # (`pikku_workflows.testing.strict_determinism`).
         self.refuse_nondeterminism = False
+        # Whether any workflow has a concurrency rule: until one does, ending a run reads no
+        # slot (runs of a rule removed since still free theirs through recovery's sweep).
+        self.uses_concurrency = False
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
         _check_name(definition.name, "workflow")
@@ -135,6 +141,8 @@ class Registry:
         if definition.name in self.step_functions:
             raise InvalidInput(f"{definition.name!r} is already registered as a step function.")
         self.workflows[definition.name] = definition
+        if definition.concurrency is not None:
+            self.uses_concurrency = True
 
     def add_step_function(self, definition: StepFunctionDefinition) -> None:
         _check_name(definition.name, "step function")
@@ -186,10 +194,23 @@ registry = Registry()
 
 
 def workflow(
-    name: str, *, planned_steps: Iterable[str] | None = None
+    name: str,
+    *,
+    planned_steps: Iterable[str] | None = None,
+    concurrency: Concurrency | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `func(wf, input)` as the workflow `name`."""
+    """Register `func(wf, input)` as the workflow `name`.
+
+    `concurrency=pw.Concurrency(key=..., max_active=N, on_full=...)` admits at most N runs with
+    the same key at once; the others wait `queued`, or are skipped, or replace the oldest
+    (docs/flow-control.md).
+    """
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise InvalidInput(
+            f"Workflow {name!r}: concurrency must be a pw.Concurrency(...), "
+            f"not {type(concurrency).__name__}."
+        )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -203,6 +224,7 @@ def workflow(
                 WORKFLOW_KIND_DSL,
                 code_fingerprint(func),
                 nondeterminism=findings,
+                concurrency=concurrency,
             )
         )
         return func

@@ -13,14 +13,16 @@ operations, what adapters call:
   record commits.
 - `operations.signals`: `send_signal`: an external event kept for, or handed to, the run's wait.
 - `operations.approval_reads`: an approval as a dict; the approvals a user may decide or see.
+- `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
-  statuses), from which the admin, the API and the `pikku` command offer them.
-- `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
+  statuses), from which the admin, the API and the `pikku` command offer them; a start
+  its concurrency rule skipped or that replaces the oldest active run.
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.
 - `operations.run_changes`: which of many runs changed since a reader's mark, in one query
   (what live event streams wait on).
+- `operations.users`: the users an operation acts for, checked.
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
 - `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
@@ -80,6 +82,9 @@ store, the tables:
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
 - `store.transitions`: what every status change shares: the source check, history stamps.
+- `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
+  under their key's lock, and the queued runs admitted in the transaction that frees a slot
+  (`admission_transitions.sql`).
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.tables`: the quoted table and column names the statements use.
 

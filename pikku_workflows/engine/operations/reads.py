@@ -15,8 +15,9 @@ from ...exceptions import RunNotFound
 from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
 from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 from ...time_travel import build_timeline, state_at
-from ...waiting import WaitingKind
+from ...waiting import AdmissionReason, WaitingKind
 from ..replay.replay_pass import lease_lapsed
+from ..store.admission_transitions import holders_of
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -100,11 +101,16 @@ def _duration_ms(history: WorkflowStepHistory | None) -> int | None:
     return max(int((end - start).total_seconds() * 1000), 0)
 
 
-def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | None:
+def waiting_on(
+    run: WorkflowRun, steps: list[WorkflowStep], *, holders: bool = True
+) -> dict[str, Any] | None:
     """What a live run waits for: the newest step still in flight, else its next pass (None for
-    ended runs)."""
+    ended runs); a queued run, its admission (`holders`: with the runs holding its key's slots,
+    one query)."""
     if run.status in TERMINAL_RUN_STATUSES:
         return None
+    if run.status == RunStatus.QUEUED:
+        return admission_wait(run, holders=holders)
     if run.status == RunStatus.SUSPENDED:
         return {"kind": WaitingKind.SUSPEND.value, "reason": (run.error or {}).get("message", "")}
     for step in reversed(steps):
@@ -113,6 +119,21 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
             return {"step_key": step.step_key, **described}
     # Nothing in flight: a worker's next pass (queued, or no worker took the first one yet).
     return {"kind": WaitingKind.PASS.value} if run.status == RunStatus.RUNNING else None
+
+
+def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
+    """Why a queued run waits: its concurrency key is full (`held_by`: the runs holding its
+    slots, oldest first), and not before `until` when a time holds it too."""
+    wait: dict[str, Any] = {
+        "kind": WaitingKind.ADMISSION.value,
+        "reason": AdmissionReason.CONCURRENCY.value,
+        "key": run.concurrency_key,
+    }
+    if holders and run.concurrency_key is not None:
+        wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
+    if run.not_before is not None:
+        wait["until"] = run.not_before.isoformat()
+    return wait
 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:

@@ -41,3 +41,37 @@ FROM {run} run
 LEFT JOIN {user} starter ON starter.{user_pk} = run.started_by_id
 WHERE run.id = %(run_id)s AND run.status = %(run_running)s
 FOR SHARE OF run SKIP LOCKED
+
+-- name: lock_admission_key
+-- The slot count of key %(key)s under rule %(rule)s (created at zero if missing), its row
+-- locked until the transaction ends, and its `held`. Whatever frees or hands out the key's
+-- slots holds it first, so each statement after it sees every slot the others committed. Taken
+-- before any run row: the lock order is key, then runs.
+INSERT INTO {slot_count} AS counted (rule, key, held) VALUES (%(rule)s::text, %(key)s::text, 0)
+ON CONFLICT (rule, key) DO UPDATE SET held = counted.held
+RETURNING held
+
+-- name: take_slot
+-- A slot of key %(concurrency_key)s under rule %(rule)s (none when the rule is NULL) if fewer
+-- than %(max_active)s are held: the key's count row is locked whether or not one is free (ON
+-- CONFLICT DO UPDATE locks the row it meets), and its condition is judged on the row's latest
+-- version once a concurrent start that holds it commits, so two starts never both take the
+-- last slot. One row when a slot was taken.
+INSERT INTO {slot_count} AS counted (rule, key, held)
+SELECT %(rule)s::text, %(concurrency_key)s::text, 1 WHERE %(rule)s::text IS NOT NULL
+ON CONFLICT (rule, key) DO UPDATE SET held = counted.held + 1
+WHERE counted.held < %(max_active)s::integer
+RETURNING 1
+
+-- name: queued_runs_of_key
+-- Up to `room` (CTE of the statement) queued runs of %(workflow)s with key %(key)s whose
+-- not_before came by the database clock, earliest effective start (created_at - priority)
+-- first, held FOR NO KEY UPDATE; a run another transaction holds right now (a cancel or suspend
+-- of it) is skipped rather than waited for: that transaction moves it, and the next slot freed
+-- (or recovery's sweep) admits whoever is queued then.
+SELECT id FROM {run}
+WHERE workflow = %(workflow)s::text AND concurrency_key = %(key)s::text AND status = %(run_queued)s
+    AND (not_before IS NULL OR not_before <= clock_timestamp())
+ORDER BY created_at - make_interval(secs => priority), id
+LIMIT (SELECT room FROM room)
+FOR NO KEY UPDATE SKIP LOCKED
