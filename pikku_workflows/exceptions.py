@@ -345,6 +345,17 @@ class WorkflowCancelled(WorkflowError):
     code = "WORKFLOW_CANCELLED"
 
 
+class LimitNotFound(WorkflowError):
+    """No limit is defined under that name (`pw.define_limit`)."""
+
+    code = "LIMIT_NOT_FOUND"
+
+    def __init__(self, name: str, owner: str = "") -> None:
+        self.name = name
+        named_by = f" (named by {owner!r})" if owner else ""
+        super().__init__(f"No limit is defined under the name {name!r}{named_by}.")
+
+
 class ConcurrencySkipped(WorkflowError):
     """The run's concurrency key was full and its rule says `on_full="skip"`."""
 

@@ -119,6 +119,12 @@ class WorkflowRun(models.Model):
                 name="pikku_run_queued_key",
                 condition=Q(status="queued"),
             ),
+            # The timer loop admits queued runs whose rate's time came.
+            models.Index(
+                fields=["not_before"],
+                name="pikku_run_queued_not_before",
+                condition=Q(status="queued", not_before__isnull=False),
+            ),
             # The stalled-run sweep scans running runs by age.
             models.Index(
                 fields=["updated_at"],
@@ -516,3 +522,42 @@ class WorkflowSlotCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.held} slot(s) of {self.key} under {self.rule}"
+
+
+class WorkflowLimit(models.Model):
+    """A named limit's rate as it applies now: code (`pw.define_limit`) writes its default
+    (`managed_by="code"`); an operator's edit (`managed_by="admin"`) wins over later deploys."""
+
+    class ManagedBy(models.TextChoices):
+        CODE = "code", "Code"
+        ADMIN = "admin", "Admin"
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    rate = models.CharField(max_length=32)
+    burst = models.PositiveIntegerField(default=0)
+    managed_by = models.CharField(max_length=8, choices=ManagedBy.choices, default=ManagedBy.ADMIN)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"limit {self.name} ({self.rate}, burst {self.burst})"
+
+
+class WorkflowRate(models.Model):
+    """Where a limit's rate stands for one key: the theoretical arrival time (GCRA) the last
+    start left, on the database clock."""
+
+    id = models.BigAutoField(primary_key=True)
+    limit_name = models.CharField(max_length=NAME_MAX_LENGTH)
+    key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
+    tat = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["limit_name", "key"], name="pikku_rate_limit_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"rate of {self.limit_name} ({self.key or 'every run'})"

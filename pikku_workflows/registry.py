@@ -17,8 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import pikku_settings
 from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
-from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
-from .flow import Concurrency
+from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
+from .flow import Concurrency, Limit, checked_limit_names
+from .flow.limits import define
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .step_keys import RESERVED_KEY_CHARACTERS
@@ -77,6 +78,8 @@ class WorkflowDefinition:
     nondeterminism: tuple[Finding, ...] = ()
     # How many runs with the same key may be admitted at once (docs/flow-control.md).
     concurrency: Concurrency | None = None
+    # The named limits whose rates space its starts.
+    limits: tuple[str, ...] = ()
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -132,6 +135,7 @@ class Registry:
         # Whether any workflow has a concurrency rule: until one does, ending a run reads no
         # slot (runs of a rule removed since still free theirs through recovery's sweep).
         self.uses_concurrency = False
+        self.limits: dict[str, Limit] = {}
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
         _check_name(definition.name, "workflow")
@@ -159,6 +163,12 @@ class Registry:
             return self.workflows[name]
         except KeyError:
             raise WorkflowNotFound(name) from None
+
+    def get_limit(self, name: str, owner: str = "") -> Limit:
+        try:
+            return self.limits[name]
+        except KeyError:
+            raise LimitNotFound(name, owner) from None
 
     def get_step_function(self, name: str) -> StepFunctionDefinition:
         try:
@@ -198,13 +208,16 @@ def workflow(
     *,
     planned_steps: Iterable[str] | None = None,
     concurrency: Concurrency | None = None,
+    limits: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(wf, input)` as the workflow `name`.
 
     `concurrency=pw.Concurrency(key=..., max_active=N, on_full=...)` admits at most N runs with
-    the same key at once; the others wait `queued`, or are skipped, or replace the oldest
+    the same key at once; the others wait `queued`, or are skipped, or replace the oldest.
+    `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the runs' starts
     (docs/flow-control.md).
     """
+    limit_names = checked_limit_names(limits, f"Workflow {name!r}")
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise InvalidInput(
@@ -225,11 +238,22 @@ def workflow(
                 code_fingerprint(func),
                 nondeterminism=findings,
                 concurrency=concurrency,
+                limits=limit_names,
             )
         )
         return func
 
     return register
+
+
+def define_limit(name: str, *, rate: str, burst: int = 0) -> Limit:
+    """Define the limit `name`: the starts of every workflow that names it in `limits=` are
+    spaced to `rate` ("10/s", "600/m", "5/h", "100/d"), with up to `burst` more at once after a
+    quiet spell. This is the default; a `WorkflowLimit` row (the admin, `PATCH limits/{name}/`)
+    overrides it at run time. InvalidInput for a bad rate or burst."""
+    limit = define(name, rate=rate, burst=burst)
+    registry.limits[limit.name] = limit
+    return limit
 
 
 def step_function(

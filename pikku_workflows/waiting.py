@@ -47,6 +47,7 @@ class AdmissionReason(TextChoices):
     """What holds a queued run (`waiting_on.reason` of kind `admission`)."""
 
     CONCURRENCY = "concurrency", "its concurrency key is full"
+    RATE = "rate", "a rate holds it"
 
 
 # What every adapter (the admin, the `pikku` command) says of a run waiting on kind `pass`.

@@ -84,7 +84,9 @@ store, the tables:
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot
-  (`admission_transitions.sql`).
+  (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.
+- `store.rate_transitions`: named limits' rates: GCRA per (limit, key) in one statement on the
+  database clock (`rate_transitions.sql`), saying when a start may begin.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.tables`: the quoted table and column names the statements use.
 

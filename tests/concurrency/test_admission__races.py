@@ -4,7 +4,9 @@ one way."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -133,3 +135,21 @@ def test_admission__a_start_waits_for_a_transaction_that_holds_the_key_then_coun
     other.join(10)
     second.join(10)
     assert load_run(started[0]).status == RunStatus.QUEUED
+
+
+@pytest.mark.parametrize("round_number", range(ROUNDS))
+def test_rate__concurrent_starts_each_get_their_own_gcra_time_one_interval_apart(round_number):
+    pw.define_limit("race.rate", rate="10/s")
+
+    @pw.workflow("race.rated", limits=["race.rate"])
+    def rated(wf, input):
+        return input
+
+    outcomes = race([lambda _: pw.start_workflow("race.rated", {})] * 12)
+
+    assert all(isinstance(outcome, str) for outcome in outcomes), outcomes
+    times = sorted(
+        WorkflowRun.objects.filter(workflow="race.rated").values_list("not_before", flat=True)
+    )
+    gaps = {later - earlier for earlier, later in itertools.pairwise(times[1:])}
+    assert gaps == {timedelta(milliseconds=100)}

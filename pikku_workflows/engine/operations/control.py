@@ -565,7 +565,7 @@ def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:
     )
 
 
-def settle_unadmitted_txn(run: WorkflowRun) -> None:
+def settle_refused_txn(run: WorkflowRun) -> None:
     """Inside the transaction that started `run` and was refused a slot (its key's lock held):
     audit a run its rule skipped; make room for a run whose rule replaces, by cancelling the
     oldest active runs of its key (CONCURRENCY_REPLACED, audited), whose freed slots admit it."""

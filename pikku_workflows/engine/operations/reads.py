@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from django.db.models import F, Prefetch
+from django.utils import timezone
 
 from ...approvals.policy import approval_id_for
 from ...exceptions import RunNotFound
@@ -122,13 +123,16 @@ def waiting_on(
 
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
-    """Why a queued run waits: its concurrency key is full (`held_by`: the runs holding its
-    slots, oldest first), and not before `until` when a time holds it too."""
-    wait: dict[str, Any] = {
-        "kind": WaitingKind.ADMISSION.value,
-        "reason": AdmissionReason.CONCURRENCY.value,
-        "key": run.concurrency_key,
-    }
+    """Why a queued run waits: a rate (until `until`), or its concurrency key is full
+    (`held_by`: the runs holding its slots, oldest first)."""
+    # A run without a key waits on nothing but its rate, even just as its time comes.
+    rated = run.concurrency_key is None or (
+        run.not_before is not None and run.not_before > timezone.now()
+    )
+    reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
+    wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
+    if run.concurrency_key is not None:
+        wait["key"] = run.concurrency_key
     if holders and run.concurrency_key is not None:
         wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
     if run.not_before is not None:

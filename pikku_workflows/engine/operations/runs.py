@@ -41,7 +41,7 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.leases import new_lease_holder
 from ..store.run_rows import create_run_row
-from .control import settle_unadmitted_txn
+from .control import settle_refused_txn
 from .reads import get_run_status, run_pk
 from .users import checked_user
 
@@ -173,8 +173,8 @@ def _create_or_reuse(
                 idempotency_scope=key.scope,
                 **fields,
             )
-            if run.status != RunStatus.RUNNING:
-                settle_unadmitted_txn(run)
+            if getattr(run, "refused_slot", False):
+                settle_refused_txn(run)
     except IntegrityError:
         # Another caller created the run with this key between our read and insert.
         existing = key.existing_run()

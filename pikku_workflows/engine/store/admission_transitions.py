@@ -185,3 +185,48 @@ def admit_stranded(limit: int) -> int:
         with transaction.atomic():
             admitted += len(admit_queued_txn(workflow, key or ""))
     return admitted
+
+
+def admit_due(limit: int) -> int:
+    """The timer loop: admit up to `limit` queued runs whose not_before (a rate) came: without a
+    concurrency key at once, with one as their key has room. Returns how many were admitted."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            params: dict[str, Any] = {
+                "limit": limit,
+                "run_queued": RunStatus.QUEUED,
+                "run_running": RunStatus.RUNNING,
+            }
+            with connection.cursor() as cursor:
+                cursor.execute(STATEMENTS["admit_due"], params)
+                admitted = [str(row[0]) for row in cursor.fetchall()]
+        else:
+            admitted = _admit_due_one_by_one(limit)
+        for run_id in admitted:
+            prompt_orchestration(run_id)
+    due_keys = (
+        WorkflowRun.objects.filter(
+            status=RunStatus.QUEUED, concurrency_key__isnull=False, not_before__lte=DatabaseNow()
+        )
+        .order_by()
+        .values_list("workflow", "concurrency_key")
+        .distinct()[:limit]
+    )
+    count = len(admitted)
+    for workflow, key in due_keys:
+        with transaction.atomic():
+            count += len(admit_queued_txn(workflow, key or ""))
+    return count
+
+
+def _admit_due_one_by_one(limit: int) -> list[str]:
+    due = WorkflowRun.objects.filter(
+        status=RunStatus.QUEUED, concurrency_key__isnull=True, not_before__lte=DatabaseNow()
+    ).order_by("not_before")
+    admitted = []
+    for run_id in due.values_list("pk", flat=True)[:limit]:
+        if WorkflowRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING, updated_at=DatabaseNow()
+        ):
+            admitted.append(str(run_id))
+    return admitted

@@ -31,3 +31,11 @@ SELECT id FROM admitted
 WITH freed AS (DELETE FROM {slot} WHERE run_id = %(run_id)s RETURNING rule, key)
 UPDATE {slot_count} AS counted SET held = GREATEST(counted.held - 1, 0)
 FROM freed WHERE counted.rule = freed.rule AND counted.key = freed.key
+
+-- name: admit_due
+-- Admit the queued runs without a concurrency key whose not_before came (claims.sql
+-- `due_queued_runs`): queued -> running in this one statement. Returns their ids.
+WITH due AS ({due_queued_runs})
+UPDATE {run} AS run SET status = %(run_running)s, updated_at = clock_timestamp()
+FROM due WHERE run.id = due.id AND run.status = %(run_queued)s
+RETURNING run.id

@@ -52,13 +52,15 @@ ON CONFLICT (rule, key) DO UPDATE SET held = counted.held
 RETURNING held
 
 -- name: take_slot
--- A slot of key %(concurrency_key)s under rule %(rule)s (none when the rule is NULL) if fewer
--- than %(max_active)s are held: the key's count row is locked whether or not one is free (ON
+-- A slot of key %(concurrency_key)s under rule %(rule)s (none when the rule is NULL, or when
+-- %(not_before)s has not come: a rate holds the run) if fewer than %(max_active)s are held: the key's count row is locked whether or not one is free (ON
 -- CONFLICT DO UPDATE locks the row it meets), and its condition is judged on the row's latest
 -- version once a concurrent start that holds it commits, so two starts never both take the
 -- last slot. One row when a slot was taken.
 INSERT INTO {slot_count} AS counted (rule, key, held)
-SELECT %(rule)s::text, %(concurrency_key)s::text, 1 WHERE %(rule)s::text IS NOT NULL
+SELECT %(rule)s::text, %(concurrency_key)s::text, 1
+WHERE %(rule)s::text IS NOT NULL
+    AND (%(not_before)s::timestamptz IS NULL OR %(not_before)s::timestamptz <= statement_timestamp())
 ON CONFLICT (rule, key) DO UPDATE SET held = counted.held + 1
 WHERE counted.held < %(max_active)s::integer
 RETURNING 1
@@ -74,4 +76,14 @@ WHERE workflow = %(workflow)s::text AND concurrency_key = %(key)s::text AND stat
     AND (not_before IS NULL OR not_before <= clock_timestamp())
 ORDER BY created_at - make_interval(secs => priority), id
 LIMIT (SELECT room FROM room)
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- name: due_queued_runs
+-- Up to %(limit)s queued runs without a concurrency key whose not_before came by the database
+-- clock, earliest first, held FOR NO KEY UPDATE, skipping runs another transaction holds (another
+-- timer loop, an operator's cancel).
+SELECT id FROM {run}
+WHERE status = %(run_queued)s AND not_before <= clock_timestamp() AND concurrency_key IS NULL
+ORDER BY not_before
+LIMIT %(limit)s
 FOR NO KEY UPDATE SKIP LOCKED

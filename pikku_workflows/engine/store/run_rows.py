@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from ... import events
 from ...conf import pikku_settings
@@ -20,6 +21,7 @@ from ...sql import Statements
 from ...status import RunStatus
 from .admission_transitions import Admission, admission_for, save_slot_txn, take_slot_txn
 from .leases import run_lease_until
+from .rate_transitions import start_time
 from .tables import engine_names
 from .transitions import on_postgresql
 
@@ -42,11 +44,15 @@ def create_run_row(
 
     A run of a workflow with a concurrency rule is admitted in the same statement, which locks
     its key's count row until the transaction ends: its `status` says whether it was
-    (running), waits (queued) or was skipped (cancelled); only an admitted run is born leased.
-    InvalidInput, before anything is written, when the rule's key function fails on `input`.
+    (running), waits (queued) or was skipped (cancelled), and `refused_slot` whether its rule
+    refused it (a rate's wait is not a refusal); only an admitted run is born leased.
+    InvalidInput, before anything is written, when the rule's key function fails on `input`;
+    LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
+    taken first (one statement each): a run they hold is queued until `not_before`.
     """
     definition = registry.get_workflow(workflow)
     admission = admission_for(workflow, input)
+    not_before = start_time(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -68,6 +74,7 @@ def create_run_row(
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
         concurrency_key=admission.key if admission else None,
+        not_before=not_before,
         **fields,
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
@@ -94,7 +101,7 @@ def _insert_in_one_statement(
     params |= _admission_params(admission)
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS["insert_run"], params)
-        (run.status,) = cursor.fetchone()
+        run.status, run.refused_slot = cursor.fetchone()  # type: ignore[attr-defined]
     if run.status == RunStatus.CANCELLED and admission is not None:
         run.error = skipped_error(admission)
     run._state.adding, run._state.db = False, connection.alias  # as `save()` leaves it
@@ -107,6 +114,7 @@ def _admission_params(admission: Admission | None) -> dict[str, Any]:
         "status_when_full": admission.status_when_full if admission else RunStatus.QUEUED,
         "error_when_full": json.dumps(skipped_error(admission)) if admission else None,
         "run_cancelled": RunStatus.CANCELLED,
+        "run_queued": RunStatus.QUEUED,
     }
 
 
@@ -123,8 +131,14 @@ def _insert_with_the_orm(
     run: WorkflowRun, version: WorkflowVersion, admission: Admission | None
 ) -> None:
     WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
+    run.refused_slot = False  # type: ignore[attr-defined]
+    if run.not_before is not None and run.not_before > timezone.now():
+        run.status, run.lease_holder = RunStatus.QUEUED, None
+        run.save(force_insert=True)
+        return
     admitted = admission is None or take_slot_txn(admission)
     if not admitted:
+        run.refused_slot = True  # type: ignore[attr-defined]
         assert admission is not None
         run.status, run.lease_holder = admission.status_when_full, None
         if run.status == RunStatus.CANCELLED:

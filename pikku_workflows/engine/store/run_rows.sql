@@ -1,11 +1,12 @@
 -- name: insert_run
--- Upsert the run's workflow version and insert the run, admitted unless rule %(rule)s (a
+-- Upsert the run's workflow version and insert the run: queued until %(not_before)s when a
+-- rate holds it that long; else admitted unless rule %(rule)s (a
 -- concurrency rule, or NULL: none) already has %(max_active)s slots taken for key
 -- %(concurrency_key)s: an admitted run takes its slot and, when %(lease_holder)s and
 -- %(lease_seconds)s are given, is born leased for that long on the database clock; a run not
 -- admitted gets %(status_when_full)s (queued, or cancelled with %(error_when_full)s). One
 -- statement (the key's count row, claims.sql `take_slot`, stays locked until it commits);
--- returns the status it got. (VALUES take their types from the columns: a user model's key may be any type.)
+-- returns the status it got, and whether the rule refused it a slot. (VALUES take their types from the columns: a user model's key may be any type.)
 WITH version AS (
     INSERT INTO {version} (name, graph_hash, code_version, definition, kind, status, created_at)
     VALUES (%(version_name)s, %(version_graph_hash)s, %(version_code_version)s,
@@ -15,7 +16,12 @@ WITH version AS (
 ),
 taken AS ({take_slot}),
 verdict AS (
-    SELECT %(rule)s::text IS NULL OR EXISTS (SELECT 1 FROM taken) AS admitted
+    SELECT due AND (%(rule)s::text IS NULL OR EXISTS (SELECT 1 FROM taken)) AS admitted,
+        due AND %(rule)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken) AS refused
+    FROM (
+        SELECT %(not_before)s::timestamptz IS NULL
+            OR %(not_before)s::timestamptz <= statement_timestamp() AS due
+    ) AS timing
 ),
 inserted AS (
     INSERT INTO {run} (id, workflow, status, input, output, error, state, planned_steps,
@@ -25,9 +31,10 @@ inserted AS (
         compensation_cause, concurrency_key, priority, not_before, created_at, updated_at,
         finished_at)
     SELECT %(id)s::uuid, %(workflow)s::text,
-        CASE WHEN admitted THEN %(status)s ELSE %(status_when_full)s END,
+        CASE WHEN admitted THEN %(status)s::text
+            WHEN refused THEN %(status_when_full)s::text ELSE %(run_queued)s::text END,
         %(input)s::jsonb, %(output)s::jsonb,
-        CASE WHEN admitted THEN %(error)s::jsonb ELSE %(error_when_full)s::jsonb END,
+        CASE WHEN refused THEN %(error_when_full)s::jsonb ELSE %(error)s::jsonb END,
         %(state)s::jsonb, %(planned_steps)s::jsonb, %(graph_hash)s, %(code_version)s,
         %(inline)s::boolean, %(idempotency_key)s, %(idempotency_scope)s, %(started_by_id)s,
         %(subject_type_id)s, %(subject_id)s, %(parent_run_id)s::uuid,
@@ -39,8 +46,8 @@ inserted AS (
         %(compensation)s, %(compensation_cause)s::jsonb, %(concurrency_key)s::text,
         %(priority)s::integer, %(not_before)s::timestamptz, %(created_at)s::timestamptz,
         %(updated_at)s::timestamptz,
-        CASE WHEN admitted OR %(status_when_full)s <> %(run_cancelled)s
-            THEN %(finished_at)s::timestamptz ELSE clock_timestamp() END
+        CASE WHEN refused AND %(status_when_full)s::text = %(run_cancelled)s::text
+            THEN clock_timestamp() ELSE %(finished_at)s::timestamptz END
     FROM verdict
     RETURNING id, status
 ),
@@ -49,4 +56,4 @@ slot AS (
     SELECT %(rule)s::text, %(concurrency_key)s::text, inserted.id, clock_timestamp()
     FROM inserted, verdict WHERE verdict.admitted AND %(rule)s::text IS NOT NULL
 )
-SELECT status FROM inserted
+SELECT inserted.status, verdict.refused FROM inserted, verdict

@@ -8,6 +8,8 @@ from django.db import connection
 from django.db.models import Field
 
 from ...models import (
+    WorkflowLimit,
+    WorkflowRate,
     WorkflowRun,
     WorkflowSlot,
     WorkflowSlotCount,
@@ -30,6 +32,8 @@ def engine_names() -> dict[str, str]:
         "version": quoted_table(WorkflowVersion),
         "slot": quoted_table(WorkflowSlot),
         "slot_count": quoted_table(WorkflowSlotCount),
+        "limit": quoted_table(WorkflowLimit),
+        "rate": quoted_table(WorkflowRate),
         "user": quoted_table(user),
         "user_pk": connection.ops.quote_name(user._meta.pk.column),
         "username": connection.ops.quote_name(username.column),
