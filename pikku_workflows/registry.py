@@ -18,7 +18,7 @@ from .conf import pikku_settings
 from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
 from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
-from .flow import Concurrency, Limit, checked_limit_names
+from .flow import Concurrency, Limit, Priority, checked_limit_names, checked_priority
 from .flow.limits import define
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
@@ -80,6 +80,8 @@ class WorkflowDefinition:
     concurrency: Concurrency | None = None
     # The named limits whose rates space its starts.
     limits: tuple[str, ...] = ()
+    # Seconds its queued runs go ahead of their start time (or `f(input)`).
+    priority: Priority = 0
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -209,15 +211,18 @@ def workflow(
     planned_steps: Iterable[str] | None = None,
     concurrency: Concurrency | None = None,
     limits: Iterable[str] = (),
+    priority: Priority = 0,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(wf, input)` as the workflow `name`.
 
     `concurrency=pw.Concurrency(key=..., max_active=N, on_full=...)` admits at most N runs with
     the same key at once; the others wait `queued`, or are skipped, or replace the oldest.
     `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the runs' starts
-    (docs/flow-control.md).
+    `priority` (whole seconds in -3600..3600, or `f(input)`) moves its queued runs ahead:
+    admission order is start time less priority (docs/flow-control.md).
     """
     limit_names = checked_limit_names(limits, f"Workflow {name!r}")
+    priority = checked_priority(priority, name)
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise InvalidInput(
@@ -239,6 +244,7 @@ def workflow(
                 nondeterminism=findings,
                 concurrency=concurrency,
                 limits=limit_names,
+                priority=priority,
             )
         )
         return func

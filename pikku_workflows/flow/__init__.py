@@ -6,15 +6,25 @@ from __future__ import annotations
 
 from .limits import Limit, checked_limit_names
 from .rates import Rate, parse_rate, schedule_start
-from .rules import Concurrency, OnFull, run_concurrency_key
+from .rules import (
+    Concurrency,
+    OnFull,
+    Priority,
+    checked_priority,
+    run_concurrency_key,
+    run_priority,
+)
 
 __all__ = [
     "Concurrency",
     "Limit",
     "OnFull",
+    "Priority",
     "Rate",
     "checked_limit_names",
+    "checked_priority",
     "parse_rate",
     "run_concurrency_key",
+    "run_priority",
     "schedule_start",
 ]

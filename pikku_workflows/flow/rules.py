@@ -69,3 +69,37 @@ def run_concurrency_key(rule: Concurrency, workflow: str, input: Any) -> str:
             f"The concurrency key function of {workflow!r} raised {type(exc).__name__}: {exc}"
         ) from exc
     return checked_text(key, f"The concurrency key of {workflow!r}", max_length=KEY_MAX_LENGTH)
+
+
+# How far (seconds) a queued run's priority moves it ahead of (or behind) its start time.
+MAX_PRIORITY = 3600
+Priority = int | Callable[[Any], Any]
+
+
+def checked_priority(priority: object, workflow: str) -> Priority:
+    """A workflow's `priority=`: whole seconds in -3600..3600, or `f(input)` returning them."""
+    if callable(priority):
+        return priority
+    return _priority_seconds(priority, f"Workflow {workflow!r}: priority")
+
+
+def run_priority(priority: Priority, workflow: str, input: Any) -> int:
+    """The priority a new run of `workflow` gets; InvalidInput when a priority function raises
+    or returns anything but whole seconds in range."""
+    if not callable(priority):
+        return priority
+    try:
+        seconds = priority(input)
+    except Exception as exc:
+        raise InvalidInput(
+            f"The priority function of {workflow!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    return _priority_seconds(seconds, f"The priority of {workflow!r}")
+
+
+def _priority_seconds(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
+        raise InvalidInput(
+            f"{what} must be whole seconds from -{MAX_PRIORITY} to {MAX_PRIORITY}, not {value!r}."
+        )
+    return value

@@ -224,3 +224,22 @@ def test_waiting_on__a_queued_run_waits_on_admission_naming_its_key_and_holders(
     assert list(WorkflowRun.objects.waiting_on("admission").values_list("pk", flat=True)) == [
         load_run(second).pk
     ]
+
+
+def test_priority__a_queued_run_with_priority_is_admitted_before_older_runs_of_its_key():
+    @pw.workflow(
+        "flow.plans",
+        concurrency=pw.Concurrency(key="one"),
+        priority=lambda input: 60 if input["plan"] == "pro" else 0,
+    )
+    def plans(wf, input):
+        return input
+
+    holder = pw.start_workflow("flow.plans", {"plan": "free"})
+    free = pw.start_workflow("flow.plans", {"plan": "free"})
+    pro = pw.start_workflow("flow.plans", {"plan": "pro"})
+
+    pw.cancel_run(holder)
+
+    assert load_run(pro).priority == 60
+    assert _statuses(free, pro) == [RunStatus.QUEUED, RunStatus.RUNNING]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.flow import run_concurrency_key
+from pikku_workflows.flow import run_concurrency_key, run_priority
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,20 @@ def test_run_concurrency_key__a_key_longer_than_its_column_is_refused():
     long_key = pw.Concurrency(key=lambda input: "k" * 300)
     with pytest.raises(pw.InvalidInput, match="at most 255 fit"):
         run_concurrency_key(long_key, "w", {})
+
+
+@pytest.mark.parametrize("priority", [3601, -3601, 1.5, True, "60"])
+def test_workflow__a_priority_out_of_range_or_not_whole_seconds_is_invalid_input(priority):
+    with pytest.raises(pw.InvalidInput, match="priority must be whole seconds from -3600"):
+        pw.workflow("flow.priority", priority=priority)
+
+
+def test_run_priority__a_function_is_read_per_input_and_checked():
+    def by_plan(input):
+        return 60 if input["plan"] == "pro" else input["plan"]
+
+    assert run_priority(by_plan, "w", {"plan": "pro"}) == 60
+    with pytest.raises(pw.InvalidInput, match="must be whole seconds"):
+        run_priority(by_plan, "w", {"plan": "free"})
+    with pytest.raises(pw.InvalidInput, match="raised KeyError"):
+        run_priority(by_plan, "w", {})

@@ -7,11 +7,12 @@ admits the queued runs of that key (no polling). Every step holds the key's coun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Greatest
 
 from ...dispatch import prompt_orchestration
@@ -156,9 +157,12 @@ def _admit_one_by_one(workflow: str, key: str, rule: str, room: int) -> list[str
     queued = WorkflowRun.objects.filter(
         workflow=workflow, concurrency_key=key, status=RunStatus.QUEUED
     ).exclude(not_before__gt=DatabaseNow())
-    order = (F("created_at"), F("id"))
+    # created_at less priority seconds, as the statement orders them.
+    ahead = ExpressionWrapper(
+        F("created_at") - F("priority") * timedelta(seconds=1), output_field=DateTimeField()
+    )
     admitted = []
-    for run_id in queued.order_by(*order).values_list("pk", flat=True)[:room]:
+    for run_id in queued.order_by(ahead, "id").values_list("pk", flat=True)[:room]:
         moved = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
             status=RunStatus.RUNNING, updated_at=DatabaseNow()
         )

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ... import events
 from ...conf import pikku_settings
 from ...exceptions import ConcurrencySkipped
+from ...flow import run_priority
 from ...models import WorkflowRun, WorkflowVersion
 from ...querysets import DatabaseNow
 from ...registry import registry
@@ -52,6 +53,7 @@ def create_run_row(
     """
     definition = registry.get_workflow(workflow)
     admission = admission_for(workflow, input)
+    priority = run_priority(definition.priority, workflow, input)
     not_before = start_time(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
@@ -75,6 +77,7 @@ def create_run_row(
         random_seed=secrets.randbits(63),
         concurrency_key=admission.key if admission else None,
         not_before=not_before,
+        priority=priority,
         **fields,
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
