@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
+from ..engine.operations.limits import get_limit, list_limits, update_limit
 from ..engine.operations.reads import SHOWN_STEP_STATUSES, summarize
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
@@ -24,7 +25,10 @@ __all__ = [
     "approval_pk",
     "changed_runs",
     "decidable_by",
+    "get_limit",
+    "list_limits",
     "start_run",
     "summarize",
+    "update_limit",
     "visible_to",
 ]

@@ -22,6 +22,7 @@ operations, what adapters call:
   timeline, state.
 - `operations.run_changes`: which of many runs changed since a reader's mark, in one query
   (what live event streams wait on).
+- `operations.limits`: named limits as operators see and edit them: rate, burst, live usage.
 - `operations.users`: the users an operation acts for, checked.
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.

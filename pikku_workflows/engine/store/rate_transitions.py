@@ -38,6 +38,7 @@ def take_rate(limit: Limit, key: str = "") -> datetime:
             "count": limit.rate.count,
             "period_ms": limit.rate.period_ms,
             "burst": limit.rate.burst,
+            "edited": WorkflowLimit.ManagedBy.ADMIN,
         }
         with connection.cursor() as cursor:
             cursor.execute(STATEMENTS["take_rate"], params)
@@ -49,7 +50,8 @@ def take_rate(limit: Limit, key: str = "") -> datetime:
 def _take_rate_with_the_orm(limit: Limit, key: str) -> datetime:
     # SQLite (one writer at a time, no clock of its own worth the name): the statement's
     # arithmetic on this process's clock.
-    edited = WorkflowLimit.objects.filter(name=limit.name).values("rate", "burst").first()
+    rows = WorkflowLimit.objects.filter(name=limit.name, managed_by=WorkflowLimit.ManagedBy.ADMIN)
+    edited = rows.values("rate", "burst").first()
     rate = parse_rate(edited["rate"], burst=edited["burst"]) if edited else limit.rate
     with transaction.atomic():
         current = WorkflowRate.objects.filter(limit_name=limit.name, key=key).first()
@@ -60,7 +62,7 @@ def _take_rate_with_the_orm(limit: Limit, key: str) -> datetime:
         WorkflowRate.objects.update_or_create(
             limit_name=limit.name, key=key, defaults={"tat": _moment(tat)}
         )
-    return _moment(begins)
+    return _moment(max(begins, now_ms))
 
 
 def _moment(milliseconds: float) -> datetime:
