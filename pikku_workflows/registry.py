@@ -134,9 +134,6 @@ class Registry:
         # A body that calls what a replay would see differently is refused, not only warned of
         # (`pikku_workflows.testing.strict_determinism`).
         self.refuse_nondeterminism = False
-        # Whether any workflow has a concurrency rule: until one does, ending a run reads no
-        # slot (runs of a rule removed since still free theirs through recovery's sweep).
-        self.uses_concurrency = False
         self.limits: dict[str, Limit] = {}
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
@@ -147,8 +144,6 @@ class Registry:
         if definition.name in self.step_functions:
             raise InvalidInput(f"{definition.name!r} is already registered as a step function.")
         self.workflows[definition.name] = definition
-        if definition.concurrency is not None:
-            self.uses_concurrency = True
 
     def add_step_function(self, definition: StepFunctionDefinition) -> None:
         _check_name(definition.name, "step function")
@@ -165,6 +160,12 @@ class Registry:
             return self.workflows[name]
         except KeyError:
             raise WorkflowNotFound(name) from None
+
+    @property
+    def uses_concurrency(self) -> bool:
+        """Whether any workflow has a concurrency rule: until one does, ending a run reads no
+        slot (runs of a rule removed since still free theirs through recovery's sweep)."""
+        return any(definition.concurrency for definition in self.workflows.values())
 
     def get_limit(self, name: str, owner: str = "") -> Limit:
         try:

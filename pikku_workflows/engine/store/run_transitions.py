@@ -36,25 +36,25 @@ def move_run(
     A run that ends frees its concurrency slots in the same transaction, which admits the runs
     queued on them: the keys' locks first, then the run's row (the lock order of claims.sql).
     """
+    sources = checked_sources("run", target, run_sources(target), expected)
     if target in TERMINAL_RUN_STATUSES and registry.uses_concurrency:
         with transaction.atomic():
             slots = held_slots(run_id)
             lock_keys_txn(slots)
-            _move_run(run_id, target, expected, lease_holder, fields)
+            _move_run(run_id, target, sources, lease_holder, fields)
             if slots:
                 release_slots_txn(run_id, slots)
         return
-    _move_run(run_id, target, expected, lease_holder, fields)
+    _move_run(run_id, target, sources, lease_holder, fields)
 
 
 def _move_run(
     run_id: Any,
     target: str,
-    expected: Iterable[str] | None,
+    sources: frozenset[str],
     lease_holder: str | None,
     fields: dict[str, Any],
 ) -> None:
-    sources = checked_sources("run", target, run_sources(target), expected)
     runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
     if lease_holder is not None:
         runs = runs.filter(lease_holder=lease_holder)
