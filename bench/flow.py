@@ -274,34 +274,38 @@ def measure_kill(url: str, log_dir: Path) -> None:
 
     print(f"\n4. kill -9 of the worker holding both slots (run lease {LEASE_SECONDS} s)")
     clear_runs()
-    victim = start_pikku_workers(url, 1, log_dir / "victim.log", module=MODULE)
-    holders = [pw.start_workflow(HOLDER, {"n": n, "seconds": 3}) for n in range(2)]
-    queued = [pw.start_workflow(HOLDER, {"n": n, "seconds": 0}) for n in range(2, 4)]
-    deadline = time.monotonic() + 300
-    while WorkflowRun.objects.filter(pk__in=holders, steps__status="running").count() < 2:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the holders never started their step")
-        time.sleep(0.05)
-    rescuer = start_pikku_workers(url, 1, log_dir / "rescuer.log", module=MODULE)
-    for process in victim:
-        os.killpg(process.pid, signal.SIGKILL)
-    killed = time.monotonic()
-    freed = admitted = None
-    while freed is None or admitted is None:
-        if time.monotonic() - killed > 120:
-            raise RuntimeError("slots never freed")
-        if freed is None and not WorkflowSlot.objects.filter(run_id__in=holders).exists():
-            freed = time.monotonic() - killed
-        if (
-            admitted is None
-            and not WorkflowRun.objects.filter(pk__in=queued, status="queued").exists()
-        ):
-            admitted = time.monotonic() - killed
-        time.sleep(SAMPLE_SECONDS)
-    stop(rescuer)
+    # Two processes, so both holders are mid-step at once when the kill comes.
+    victim = start_pikku_workers(url, 2, log_dir / "victim.log", module=MODULE)
+    rescuer: list = []
+    try:
+        holders = [pw.start_workflow(HOLDER, {"n": n, "seconds": 5}) for n in range(2)]
+        queued = [pw.start_workflow(HOLDER, {"n": n, "seconds": 0}) for n in range(2, 4)]
+        deadline = time.monotonic() + 300
+        while WorkflowRun.objects.filter(pk__in=holders, steps__status="running").count() < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the holders never started their step")
+            time.sleep(0.05)
+        rescuer = start_pikku_workers(url, 1, log_dir / "rescuer.log", module=MODULE)
+        for process in victim:
+            os.killpg(process.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        freed = admitted = None
+        while freed is None or admitted is None:
+            if time.monotonic() - killed > 300:
+                raise RuntimeError("slots never freed")
+            if freed is None and not WorkflowSlot.objects.filter(run_id__in=holders).exists():
+                freed = time.monotonic() - killed
+            if (
+                admitted is None
+                and not WorkflowRun.objects.filter(pk__in=queued, status="queued").exists()
+            ):
+                admitted = time.monotonic() - killed
+            time.sleep(SAMPLE_SECONDS)
+    finally:
+        stop(victim + rescuer)
     print(
         f"   the holders' slots free {freed:.2f} s after the kill (their runs resumed by the "
-        f"other worker once the run lease lapsed, their 3 s step run again, the runs ended); "
+        f"other worker once the run lease lapsed, their 5 s step run again, the runs ended); "
         f"the queued runs admitted {admitted:.2f} s after it"
     )
 
