@@ -24,6 +24,7 @@ from .exceptions import (
     IdempotencyConflict,
     InvalidInput,
     InvalidTransition,
+    LimitNotFound,
     NonDeterministicReplay,
     RunCancelled,
     RunFailed,
@@ -41,7 +42,14 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
-from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
+from .flow import Concurrency
+from .registry import (
+    define_limit,
+    graph_workflow,
+    graph_workflow_from_file,
+    step_function,
+    workflow,
+)
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
@@ -86,9 +94,11 @@ __all__ = [
     "ApprovalNotFound",
     "ApprovalOutcome",
     "ApprovalResolved",
+    "Concurrency",
     "IdempotencyConflict",
     "InvalidInput",
     "InvalidTransition",
+    "LimitNotFound",
     "NonDeterministicReplay",
     "RunCancelled",
     "RunFailed",
@@ -114,6 +124,7 @@ __all__ = [
     "approval_requested",
     "cancel_run",
     "decide_approval",
+    "define_limit",
     "fork_run",
     "get_approval",
     "get_run_status",

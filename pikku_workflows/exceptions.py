@@ -355,6 +355,33 @@ class WorkflowCancelled(WorkflowError):
     code = "WORKFLOW_CANCELLED"
 
 
+class LimitNotFound(WorkflowError):
+    """No limit is defined under that name (`pw.define_limit`)."""
+
+    code = "LIMIT_NOT_FOUND"
+
+    def __init__(self, name: str, owner: str = "") -> None:
+        self.name = name
+        named_by = f" (named by {owner!r})" if owner else ""
+        super().__init__(f"No limit is defined under the name {name!r}{named_by}.")
+
+
+class ConcurrencySkipped(WorkflowError):
+    """The run's concurrency key was full and its rule says `on_full="skip"`."""
+
+    # Never raised: the reason recorded on the run cancelled at its start.
+
+    code = "CONCURRENCY_SKIPPED"
+
+
+class ConcurrencyReplaced(WorkflowError):
+    """A newer run with the same concurrency key replaced this one (`on_full="replace"`)."""
+
+    # Never raised: the reason recorded on the run it cancelled.
+
+    code = "CONCURRENCY_REPLACED"
+
+
 class CompensationFailed(WorkflowError):
     """A step that undoes a succeeded step (`compensate=`) spent its attempts: the run ends
     failed with this error (`cause`: what it was being undone for); `retry_run` retries the

@@ -104,6 +104,12 @@ class WorkflowRun(models.Model):
         editable=False,
     )
     last_error_code = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    # The key its workflow's concurrency rule gave it (docs/flow-control.md); NULL without one.
+    concurrency_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    # Seconds a queued run goes ahead of its start time: admission order is created_at - priority.
+    priority = models.IntegerField(default=0)
+    # A queued run is not admitted before this time (database clock).
+    not_before = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -132,6 +138,18 @@ class WorkflowRun(models.Model):
             # The admin counts runs per version ("started on an older version").
             models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
+            # Admission finds the queued runs of one key (and recovery every key with some).
+            models.Index(
+                fields=["workflow", "concurrency_key", "created_at"],
+                name="pikku_run_queued_key",
+                condition=Q(status="queued"),
+            ),
+            # The timer loop admits queued runs whose rate's time came.
+            models.Index(
+                fields=["not_before"],
+                name="pikku_run_queued_not_before",
+                condition=Q(status="queued", not_before__isnull=False),
+            ),
             # The stalled-run sweep scans running runs by age.
             models.Index(
                 fields=["updated_at"],
@@ -572,3 +590,83 @@ class WorkflowRunTombstone(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow} {self.id} (purged)"
+
+
+class WorkflowSlot(models.Model):
+    """A place an admitted run holds under a rule: `rule` names it (`workflow:<name>` for a
+    workflow's concurrency rule), `key` is the run's key under it. A concurrency slot is held
+    from admission until its run ends, and deleted in the transaction that ends it."""
+
+    id = models.BigAutoField(primary_key=True)
+    rule = models.CharField(max_length=NAME_MAX_LENGTH + 16)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="slots")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "rule"], name="pikku_slot_run_rule_unique")
+        ]
+        indexes = [models.Index(fields=["rule", "key"], name="pikku_slot_rule_key")]
+
+    def __str__(self) -> str:
+        return f"slot of {self.run_id} under {self.rule} ({self.key})"
+
+
+class WorkflowSlotCount(models.Model):
+    """How many slots of `key` under `rule` are held: the row a start's one statement counts
+    and takes a slot with (its row lock makes concurrent starts of one key take turns), and the
+    lock whatever frees or hands out the key's slots holds first."""
+
+    id = models.BigAutoField(primary_key=True)
+    rule = models.CharField(max_length=NAME_MAX_LENGTH + 16)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    held = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "key"], name="pikku_slot_count_rule_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.held} slot(s) of {self.key} under {self.rule}"
+
+
+class WorkflowLimit(models.Model):
+    """A named limit's rate as it applies now: code (`pw.define_limit`) writes its default
+    (`managed_by="code"`); an operator's edit (`managed_by="admin"`) wins over later deploys."""
+
+    class ManagedBy(models.TextChoices):
+        CODE = "code", "Code"
+        ADMIN = "admin", "Admin"
+
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
+    rate = models.CharField(max_length=32)
+    burst = models.PositiveIntegerField(default=0)
+    managed_by = models.CharField(max_length=8, choices=ManagedBy.choices, default=ManagedBy.ADMIN)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"limit {self.name} ({self.rate}, burst {self.burst})"
+
+
+class WorkflowRate(models.Model):
+    """Where a limit's rate stands for one key: the theoretical arrival time (GCRA) the last
+    start left, on the database clock."""
+
+    id = models.BigAutoField(primary_key=True)
+    limit_name = models.CharField(max_length=NAME_MAX_LENGTH)
+    key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
+    tat = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["limit_name", "key"], name="pikku_rate_limit_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"rate of {self.limit_name} ({self.key or 'every run'})"

@@ -98,6 +98,7 @@ WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
     WaitingKind.SIGNAL: _recorded_wait(WaitingKind.SIGNAL),
     WaitingKind.SUSPEND: _recorded_wait(WaitingKind.SUSPEND),
     WaitingKind.PASS: _recorded_wait(WaitingKind.PASS),
+    WaitingKind.ADMISSION: lambda: models.Q(status=RunStatus.QUEUED),
 }
 
 

@@ -17,7 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import pikku_settings
 from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
-from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
+from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
+from .flow import Concurrency, Limit, Priority, checked_limit_names, checked_priority
+from .flow.limits import define
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .retention import parse_retention
@@ -78,6 +80,12 @@ class WorkflowDefinition:
     # How long its ended runs are kept, by status, in ms (`retention=`); the statuses it does
     # not name follow the RETENTION setting.
     retention: Mapping[str, int] = field(default_factory=dict)
+    # How many runs with the same key may be admitted at once (docs/flow-control.md).
+    concurrency: Concurrency | None = None
+    # The named limits whose rates space its starts.
+    limits: tuple[str, ...] = ()
+    # Seconds its queued runs go ahead of their start time (or `f(input)`).
+    priority: Priority = 0
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -130,6 +138,7 @@ class Registry:
         # A body that calls what a replay would see differently is refused, not only warned of
         # (`pikku_workflows.testing.strict_determinism`).
         self.refuse_nondeterminism = False
+        self.limits: dict[str, Limit] = {}
 
     def add_workflow(self, definition: WorkflowDefinition) -> None:
         _check_name(definition.name, "workflow")
@@ -155,6 +164,18 @@ class Registry:
             return self.workflows[name]
         except KeyError:
             raise WorkflowNotFound(name) from None
+
+    @property
+    def uses_concurrency(self) -> bool:
+        """Whether any workflow has a concurrency rule: until one does, ending a run reads no
+        slot (runs of a rule removed since still free theirs through recovery's sweep)."""
+        return any(definition.concurrency for definition in self.workflows.values())
+
+    def get_limit(self, name: str, owner: str = "") -> Limit:
+        try:
+            return self.limits[name]
+        except KeyError:
+            raise LimitNotFound(name, owner) from None
 
     def get_step_function(self, name: str) -> StepFunctionDefinition:
         try:
@@ -194,11 +215,29 @@ def workflow(
     *,
     planned_steps: Iterable[str] | None = None,
     retention: Mapping[str, Any] | None = None,
+    concurrency: Concurrency | None = None,
+    limits: Iterable[str] = (),
+    priority: Priority = 0,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `func(wf, input)` as the workflow `name`. `retention` (`{"completed": "14d"}`)
-    is how long its ended runs are kept, by status, before the timer loop purges them."""
+    """Register `func(wf, input)` as the workflow `name`.
+
+    `retention` (`{"completed": "14d"}`) is how long its ended runs are kept, by status, before
+    the timer loop purges them.
+    `concurrency=pw.Concurrency(key=..., max_active=N, on_full=...)` admits at most N runs with
+    the same key at once; the others wait `queued`, or are skipped, or replace the oldest.
+    `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the runs' starts.
+    `priority` (whole seconds in -3600..3600, or `f(input)`) moves its queued runs ahead:
+    admission order is start time less priority (docs/flow-control.md).
+    """
+    limit_names = checked_limit_names(limits, f"Workflow {name!r}")
+    priority = checked_priority(priority, name)
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
     kept = parse_retention(retention, what=f"{name!r} retention") if retention is not None else {}
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise InvalidInput(
+            f"Workflow {name!r}: concurrency must be a pw.Concurrency(...), "
+            f"not {type(concurrency).__name__}."
+        )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -213,11 +252,24 @@ def workflow(
                 code_fingerprint(func),
                 nondeterminism=findings,
                 retention=kept,
+                concurrency=concurrency,
+                limits=limit_names,
+                priority=priority,
             )
         )
         return func
 
     return register
+
+
+def define_limit(name: str, *, rate: str, burst: int = 0) -> Limit:
+    """Define the limit `name`: the starts of every workflow that names it in `limits=` are
+    spaced to `rate` ("10/s", "600/m", "5/h", "100/d"), with up to `burst` more at once after a
+    quiet spell. This is the default; a `WorkflowLimit` row (the admin, `PATCH limits/{name}/`)
+    overrides it at run time. InvalidInput for a bad rate or burst."""
+    limit = define(name, rate=rate, burst=burst)
+    registry.limits[limit.name] = limit
+    return limit
 
 
 def step_function(

@@ -7,6 +7,8 @@ from django.db import models
 
 
 class RunStatus(models.TextChoices):
+    # Created, not yet admitted: a concurrency rule's slots are full (docs/flow-control.md).
+    QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     SUSPENDED = "suspended", "Suspended"
     COMPLETED = "completed", "Completed"
@@ -76,10 +78,13 @@ HISTORY_TIMESTAMP: dict[str, str] = {
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    # Admitted (running), or stopped by an operator before it ever ran.
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(
         {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
     ),
-    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    # A run suspended before it was admitted resumes into the queue it left.
+    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.CANCELLED}),
     # retry_run gives a failed run a fresh attempt budget.
     RunStatus.FAILED: frozenset({RunStatus.RUNNING}),
     RunStatus.COMPLETED: frozenset(),

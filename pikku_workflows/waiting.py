@@ -9,7 +9,8 @@ from django.db.models import TextChoices
 
 class WaitingKind(TextChoices):
     """The kinds in the order the admin's filter and the API's enum list them; the label is the
-    admin filter's words. Every kind but `suspend` and `pass` names a step (`step_key`)."""
+    admin filter's words. Every kind but `suspend`, `pass` and `admission` names a step
+    (`step_key`)."""
 
     STEP = "step", "a step (queued or running)"
     TIMER = "timer", "a timer (sleep)"
@@ -22,10 +23,12 @@ class WaitingKind(TextChoices):
     # Running with no step in flight: its next orchestrator pass is queued (or no worker took
     # its first one yet).
     PASS = "pass", "a worker (its next pass)"
+    # A queued run: not yet admitted by its workflow's concurrency rule (docs/flow-control.md).
+    ADMISSION = "admission", "admission (queued)"
 
 
 # The fields each kind's `waiting_on` may carry beyond `kind` (and `step_key`, which every kind
-# but `suspend` has): what the API's schema documents per field.
+# but `suspend`, `pass` and `admission` has): what the API's schema documents per field.
 WAITING_FIELDS: dict[str, tuple[str, ...]] = {
     WaitingKind.STEP: ("lease_expires_at",),
     WaitingKind.TIMER: ("until",),
@@ -36,7 +39,16 @@ WAITING_FIELDS: dict[str, tuple[str, ...]] = {
     WaitingKind.SIGNAL: ("signal", "until"),
     WaitingKind.SUSPEND: ("reason",),
     WaitingKind.PASS: (),
+    WaitingKind.ADMISSION: ("reason", "key", "held_by", "until"),
 }
+
+
+class AdmissionReason(TextChoices):
+    """What holds a queued run (`waiting_on.reason` of kind `admission`)."""
+
+    CONCURRENCY = "concurrency", "its concurrency key is full"
+    RATE = "rate", "a rate holds it"
+
 
 # What every adapter (the admin, the `pikku` command) says of a run waiting on kind `pass`.
 WAITING_FOR_A_WORKER = "waiting for a worker"

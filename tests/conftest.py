@@ -66,7 +66,10 @@ def isolated_registry() -> Iterator[None]:
     """Workflows a test registers disappear after it; the autodiscovered ones stay."""
     workflows = dict(registry.workflows)
     step_functions = dict(registry.step_functions)
+    limits = dict(registry.limits)
     yield
+    registry.limits.clear()
+    registry.limits.update(limits)
     registry.workflows.clear()
     registry.workflows.update(workflows)
     registry.step_functions.clear()

@@ -1,5 +1,5 @@
 """The pikku_workflows admin: runs (list, run page, operator actions, starting a run), the
-approvals inbox, versions, the audit log, the workers, the tombstones of purged runs, and `WorkflowRunInline` for a host
+approvals inbox, versions, the audit log, the workers, named limits, the tombstones of purged runs, and `WorkflowRunInline` for a host
 model's own admin.
 
 Only the engine writes runs and steps: nothing here can add, edit or delete them, and operator
@@ -12,6 +12,7 @@ from ..querysets import run_id_query
 from .actions import OPERATIONS, Operation, RunOperationsAdmin
 from .approvals import WorkflowApprovalAdmin
 from .display import format_duration
+from .limits import WorkflowLimitAdmin
 from .records import (
     ReadOnlyAdminMixin,
     WorkflowAuditEntryAdmin,
@@ -32,6 +33,7 @@ __all__ = [
     "StartRunAdmin",
     "WorkflowApprovalAdmin",
     "WorkflowAuditEntryAdmin",
+    "WorkflowLimitAdmin",
     "WorkflowRunAdmin",
     "WorkflowRunInline",
     "WorkflowRunTombstoneAdmin",

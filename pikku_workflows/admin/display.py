@@ -18,7 +18,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..step_keys import compensated_step_key, handled_step_key, suspend_reason
-from ..waiting import WaitingKind, waiting_for_a_worker
+from ..waiting import AdmissionReason, WaitingKind, waiting_for_a_worker
 
 ADMIN_CSS = "pikku_workflows/admin.css"
 ADMIN_JS = "pikku_workflows/admin.js"
@@ -187,6 +187,8 @@ def describe_waiting(
         detail = format_html("run {}", run_link(admin_site, waiting["child_run_id"]))
     elif kind == WaitingKind.SUSPEND:
         detail = waiting.get("reason") or ""
+    elif kind == WaitingKind.ADMISSION:
+        detail = admission_detail(admin_site, waiting, now)
     elif kind == WaitingKind.SIGNAL:
         detail = format_html(
             '<span title="{}">{}</span>', SIGNAL_SENDERS, waiting.get("signal", "")
@@ -200,6 +202,25 @@ def describe_waiting(
         label,
         format_html(' <code class="pikku-step-key">{}</code>', step_key) if step_key else "",
         format_html(' <span class="pikku-wait-detail">{}</span>', detail) if detail else "",
+    )
+
+
+def admission_detail(
+    admin_site: admin.AdminSite, waiting: dict[str, Any], now: datetime | None = None
+) -> SafeString:
+    """Why a queued run waits, in words: "key tenant:7 is full, held by run 1a2b…", and until
+    when a time holds it."""
+    reason = AdmissionReason(waiting.get("reason", AdmissionReason.CONCURRENCY))
+    held = waiting.get("held_by")
+    holders = format_html_join(", ", "run {}", ((run_link(admin_site, pk),) for pk in held or []))
+    return format_html(
+        "key <code>{}</code>: {}{}{}",
+        waiting.get("key") or "",
+        reason.label,
+        format_html(", held by {}", holders) if held else "",
+        format_html(", not before {}", format_moment(waiting["until"], now))
+        if waiting.get("until")
+        else "",
     )
 
 

@@ -301,7 +301,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOper
                 "kind": WaitingKind.SUSPEND.value,
                 "reason": getattr(run, "error_message", None) or "",
             }
-        return waiting_on(run, self._unfinished_steps(run))
+        # The list (which prefetched each row's steps) shows a queued run's key, not who holds
+        # it: one query less per queued row; the run page names the holders.
+        listed = hasattr(run, "unfinished_steps")
+        return waiting_on(run, self._unfinished_steps(run), holders=not listed)
 
     def _unfinished_steps(self, run: WorkflowRun) -> list[WorkflowStep]:
         steps = getattr(run, "unfinished_steps", None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
 from ..engine.operations.control import OPERATION_RULES, Rule
 from ..engine.operations.holds import HOLD, HOLD_PERMISSION, RELEASE
+from ..engine.operations.limits import get_limit, list_limits, update_limit
 from ..engine.operations.reads import (
     SHOWN_STEP_STATUSES,
     last_event_seq,
@@ -35,10 +36,13 @@ __all__ = [
     "approval_pk",
     "changed_runs",
     "decidable_by",
+    "get_limit",
     "last_event_seq",
+    "list_limits",
     "list_summary",
     "start_run",
     "summarize",
     "timeline_after",
+    "update_limit",
     "visible_to",
 ]

@@ -438,3 +438,31 @@ class BulkResultSerializer(serializers.Serializer):
     done_count = serializers.IntegerField(required=False)
     failed_count = serializers.IntegerField(required=False)
     outcomes = BulkOutcomeSerializer(many=True, required=False)
+
+
+class LimitUsageSerializer(serializers.Serializer):
+    queued = serializers.IntegerField(help_text="Runs a rate of this limit holds queued now.")
+    next_start_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the next start may begin; null: at once."
+    )
+
+
+class LimitCodeSerializer(serializers.Serializer):
+    rate = serializers.CharField()
+    burst = serializers.IntegerField()
+
+
+class LimitSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    rate = serializers.CharField(help_text='Starts per period: "10/s", "600/m", "5/h", "100/d".')
+    burst = serializers.IntegerField()
+    managed_by = serializers.ChoiceField(
+        choices=["code", "admin"], help_text="admin: an operator's edit wins over the code."
+    )
+    code = LimitCodeSerializer(allow_null=True, help_text="The rate defined in code, if any.")
+    usage = LimitUsageSerializer()
+
+
+class LimitUpdateSerializer(serializers.Serializer):
+    rate = serializers.CharField(required=False)
+    burst = serializers.IntegerField(required=False, min_value=0)

@@ -7,7 +7,7 @@ from rest_framework.routers import SimpleRouter
 
 from .approvals import ApprovalViewSet
 from .schema import RedocView, SchemaView, SwaggerView
-from .views import DefinitionViewSet, RunViewSet
+from .views import DefinitionViewSet, LimitViewSet, RunViewSet
 
 app_name = "pikku_workflows_api"
 
@@ -15,6 +15,7 @@ router = SimpleRouter()
 router.register("definitions", DefinitionViewSet, basename="definition")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("limits", LimitViewSet, basename="limit")
 
 urlpatterns = [
     *router.urls,

@@ -32,7 +32,7 @@ from rest_framework.serializers import Serializer
 
 import pikku_workflows as pw
 
-from ..models import WorkflowRun
+from ..models import WorkflowLimit, WorkflowRun
 from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import (
@@ -41,8 +41,11 @@ from .engine_internals import (
     OPERATION_RULES,
     RELEASE,
     Rule,
+    get_limit,
+    list_limits,
     list_summary,
     start_run,
+    update_limit,
 )
 from .errors import exception_handler
 from .events import (
@@ -75,6 +78,8 @@ from .serializers import (
     DefinitionSerializer,
     EventsQuerySerializer,
     ForkSerializer,
+    LimitSerializer,
+    LimitUpdateSerializer,
     ListQuerySerializer,
     OperationSerializer,
     RunListItemSerializer,
@@ -471,3 +476,29 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         if options["dry_run"]:
             return Response(plan.as_data(dry_run=True))
         return Response(bulk.perform(plan, by=request.user, reason=options["reason"]))
+
+
+class LimitViewSet(PikkuAPIMixin, viewsets.ViewSet):
+    """Named limits: their rates and live usage, and an operator's edit of a rate."""
+
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"  # names have dots ("vendors.openai")
+
+    def required_permission(self) -> str | None:
+        if self.action == "partial_update":
+            return get_permission_codename("change", WorkflowLimit._meta)
+        return None
+
+    @documented(responses={200: LimitSerializer(many=True), **errors()})
+    def list(self, request: Request) -> Response:
+        return Response(list_limits())
+
+    @documented(responses={200: LimitSerializer, **errors(404)})
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(get_limit(name))
+
+    @documented(request=LimitUpdateSerializer, responses={200: LimitSerializer, **errors(400, 404)})
+    def partial_update(self, request: Request, name: str) -> Response:
+        """Set the limit's rate and/or burst from the next start on (code deploys leave it)."""
+        body = validated(LimitUpdateSerializer, request.data)
+        return Response(update_limit(name, by=request.user, **body))

@@ -13,15 +13,18 @@ operations, what adapters call:
   record commits.
 - `operations.signals`: `send_signal`: an external event kept for, or handed to, the run's wait.
 - `operations.approval_reads`: an approval as a dict; the approvals a user may decide or see.
+- `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
-  statuses), from which the admin, the API and the `pikku` command offer them.
+  statuses), from which the admin, the API and the `pikku` command offer them; a start
+  its concurrency rule skipped or that replaces the oldest active run.
 - `operations.holds`: `hold_run`: a hold keeps a run from every purge until it is released.
-- `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.
 - `operations.run_changes`: which of many runs changed since a reader's mark, in one query
   (what live event streams wait on).
+- `operations.limits`: named limits as operators see and edit them: rate, burst, live usage.
+- `operations.users`: the users an operation acts for, checked.
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
 - `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
@@ -88,6 +91,11 @@ store, the tables:
 - `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
   last error code), computed by the database in the write that ends a pass or moves the run.
 - `store.transitions`: what every status change shares: the source check, history stamps.
+- `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
+  under their key's lock, and the queued runs admitted in the transaction that frees a slot
+  (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.
+- `store.rate_transitions`: named limits' rates: GCRA per (limit, key) in one statement on the
+  database clock (`rate_transitions.sql`), saying when a start may begin.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.event_log`: the timeline's event log, read in seq order (its rows are written by
   database triggers; the seq is assigned at commit, under the run's event lock).

@@ -8,192 +8,411 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
+        ("contenttypes", "0002_remove_content_type_name"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkflowRun',
+            name="WorkflowRun",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('workflow', models.CharField(max_length=200)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('suspended', 'Suspended'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='running', max_length=16)),
-                ('input', models.JSONField(blank=True, null=True)),
-                ('output', models.JSONField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('state', models.JSONField(blank=True, default=dict)),
-                ('planned_steps', models.JSONField(blank=True, null=True)),
-                ('graph_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('code_version', models.CharField(blank=True, default='', max_length=64)),
-                ('inline', models.BooleanField(default=False)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('subject_id', models.CharField(blank=True, max_length=255, null=True)),
-                ('lease_holder', models.CharField(blank=True, max_length=64, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('rerun_requested', models.BooleanField(default=False)),
-                ('wake_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('forked_from', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='forks', to='pikku_workflows.workflowrun')),
-                ('parent_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='child_runs', to='pikku_workflows.workflowrun')),
-                ('started_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('subject_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='contenttypes.contenttype')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("workflow", models.CharField(max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("suspended", "Suspended"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("input", models.JSONField(blank=True, null=True)),
+                ("output", models.JSONField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("state", models.JSONField(blank=True, default=dict)),
+                ("planned_steps", models.JSONField(blank=True, null=True)),
+                ("graph_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("code_version", models.CharField(blank=True, default="", max_length=64)),
+                ("inline", models.BooleanField(default=False)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("subject_id", models.CharField(blank=True, max_length=255, null=True)),
+                ("lease_holder", models.CharField(blank=True, max_length=64, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("rerun_requested", models.BooleanField(default=False)),
+                ("wake_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "forked_from",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="forks",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
+                (
+                    "parent_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="child_runs",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
+                (
+                    "started_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "subject_type",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="contenttypes.contenttype",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'permissions': [('cancel_workflowrun', 'Can cancel workflow runs'), ('suspend_workflowrun', 'Can suspend workflow runs'), ('resume_workflowrun', 'Can resume workflow runs'), ('retry_workflowrun', 'Can retry workflow runs'), ('fork_workflowrun', 'Can fork workflow runs')],
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("cancel_workflowrun", "Can cancel workflow runs"),
+                    ("suspend_workflowrun", "Can suspend workflow runs"),
+                    ("resume_workflowrun", "Can resume workflow runs"),
+                    ("retry_workflowrun", "Can retry workflow runs"),
+                    ("fork_workflowrun", "Can fork workflow runs"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='WorkflowStep',
+            name="WorkflowStep",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('step_key', models.CharField(max_length=255)),
-                ('kind', models.CharField(default='function', max_length=16)),
-                ('function_name', models.CharField(blank=True, max_length=200, null=True)),
-                ('data', models.JSONField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('scheduled', 'Scheduled'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('waiting', 'Waiting')], default='pending', max_length=16)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('attempt', models.PositiveIntegerField(default=1)),
-                ('attempt_limit', models.PositiveIntegerField(default=6)),
-                ('retries', models.PositiveIntegerField(default=5)),
-                ('retry_delay', models.CharField(blank=True, default='', max_length=32)),
-                ('timeout_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('from_step_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('branch_taken', models.CharField(blank=True, max_length=200, null=True)),
-                ('copied', models.BooleanField(default=False)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('wake_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('child_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='pikku_workflows.workflowrun')),
-                ('run', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='pikku_workflows.workflowrun')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("step_key", models.CharField(max_length=255)),
+                ("kind", models.CharField(default="function", max_length=16)),
+                ("function_name", models.CharField(blank=True, max_length=200, null=True)),
+                ("data", models.JSONField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("scheduled", "Scheduled"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("waiting", "Waiting"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("attempt", models.PositiveIntegerField(default=1)),
+                ("attempt_limit", models.PositiveIntegerField(default=6)),
+                ("retries", models.PositiveIntegerField(default=5)),
+                ("retry_delay", models.CharField(blank=True, default="", max_length=32)),
+                ("timeout_ms", models.PositiveIntegerField(blank=True, null=True)),
+                ("from_step_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("branch_taken", models.CharField(blank=True, max_length=200, null=True)),
+                ("copied", models.BooleanField(default=False)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("wake_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "child_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
+                "ordering": ["created_at"],
             },
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='parent_step',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='pikku_workflows.workflowstep'),
+            model_name="workflowrun",
+            name="parent_step",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="pikku_workflows.workflowstep",
+            ),
         ),
         migrations.CreateModel(
-            name='WorkflowAuditEntry',
+            name="WorkflowAuditEntry",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('action', models.CharField(max_length=32)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_entries', to='pikku_workflows.workflowrun')),
-                ('step', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='pikku_workflows.workflowstep')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("action", models.CharField(max_length=32)),
+                ("reason", models.TextField(blank=True, default="")),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="audit_entries",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
+                (
+                    "step",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="pikku_workflows.workflowstep",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'workflow audit entries',
-                'ordering': ['created_at', 'id'],
+                "verbose_name_plural": "workflow audit entries",
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='WorkflowStepHistory',
+            name="WorkflowStepHistory",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('attempt', models.PositiveIntegerField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('scheduled', 'Scheduled'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('waiting', 'Waiting')], max_length=16)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('scheduled_at', models.DateTimeField(blank=True, null=True)),
-                ('running_at', models.DateTimeField(blank=True, null=True)),
-                ('waiting_at', models.DateTimeField(blank=True, null=True)),
-                ('succeeded_at', models.DateTimeField(blank=True, null=True)),
-                ('failed_at', models.DateTimeField(blank=True, null=True)),
-                ('step', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='history', to='pikku_workflows.workflowstep')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("attempt", models.PositiveIntegerField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("scheduled", "Scheduled"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("waiting", "Waiting"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("scheduled_at", models.DateTimeField(blank=True, null=True)),
+                ("running_at", models.DateTimeField(blank=True, null=True)),
+                ("waiting_at", models.DateTimeField(blank=True, null=True)),
+                ("succeeded_at", models.DateTimeField(blank=True, null=True)),
+                ("failed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "step",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="history",
+                        to="pikku_workflows.workflowstep",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'workflow step history',
-                'ordering': ['created_at', 'attempt'],
+                "verbose_name_plural": "workflow step history",
+                "ordering": ["created_at", "attempt"],
             },
         ),
         migrations.CreateModel(
-            name='WorkflowVersion',
+            name="WorkflowVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('graph_hash', models.CharField(max_length=64)),
-                ('code_version', models.CharField(blank=True, default='', max_length=64)),
-                ('definition', models.JSONField(blank=True, null=True)),
-                ('kind', models.CharField(choices=[('dsl', 'DSL'), ('graph', 'Graph'), ('dynamic', 'Dynamic')], default='dsl', max_length=16)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('draft', 'Draft'), ('declined', 'Declined')], default='active', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("graph_hash", models.CharField(max_length=64)),
+                ("code_version", models.CharField(blank=True, default="", max_length=64)),
+                ("definition", models.JSONField(blank=True, null=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("dsl", "DSL"), ("graph", "Graph"), ("dynamic", "Dynamic")],
+                        default="dsl",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("active", "Active"),
+                            ("draft", "Draft"),
+                            ("declined", "Declined"),
+                        ],
+                        default="active",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['name', '-created_at'],
-                'constraints': [models.UniqueConstraint(fields=('name', 'graph_hash'), name='pikku_version_name_hash')],
+                "ordering": ["name", "-created_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("name", "graph_hash"), name="pikku_version_name_hash"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='workflowstep',
-            index=models.Index(fields=['run', 'status'], name='pikku_step_run_status'),
+            model_name="workflowstep",
+            index=models.Index(fields=["run", "status"], name="pikku_step_run_status"),
         ),
         migrations.AddIndex(
-            model_name='workflowstep',
-            index=models.Index(condition=models.Q(('status__in', ['pending', 'scheduled'])), fields=['updated_at'], name='pikku_step_undispatched'),
+            model_name="workflowstep",
+            index=models.Index(
+                condition=models.Q(("status__in", ["pending", "scheduled"])),
+                fields=["updated_at"],
+                name="pikku_step_undispatched",
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowstep',
-            index=models.Index(condition=models.Q(('status', 'running')), fields=['lease_expires_at'], name='pikku_step_running_lease'),
+            model_name="workflowstep",
+            index=models.Index(
+                condition=models.Q(("status", "running")),
+                fields=["lease_expires_at"],
+                name="pikku_step_running_lease",
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowstep',
-            index=models.Index(condition=models.Q(('wake_at__isnull', False)), fields=['wake_at'], name='pikku_step_wake_at'),
+            model_name="workflowstep",
+            index=models.Index(
+                condition=models.Q(("wake_at__isnull", False)),
+                fields=["wake_at"],
+                name="pikku_step_wake_at",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstep',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'scheduled', 'running', 'succeeded', 'failed', 'waiting'])), name='pikku_step_status_valid'),
+            model_name="workflowstep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        ["pending", "scheduled", "running", "succeeded", "failed", "waiting"],
+                    )
+                ),
+                name="pikku_step_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstep',
-            constraint=models.UniqueConstraint(fields=('run', 'step_key'), name='pikku_step_run_key_unique'),
+            model_name="workflowstep",
+            constraint=models.UniqueConstraint(
+                fields=("run", "step_key"), name="pikku_step_run_key_unique"
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['status', 'created_at'], name='pikku_run_status_created'),
+            model_name="workflowrun",
+            index=models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['workflow', 'created_at'], name='pikku_run_workflow_created'),
+            model_name="workflowrun",
+            index=models.Index(
+                fields=["workflow", "created_at"], name="pikku_run_workflow_created"
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['subject_type', 'subject_id'], name='pikku_run_subject'),
+            model_name="workflowrun",
+            index=models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(condition=models.Q(('status', 'running')), fields=['updated_at'], name='pikku_run_running_updated'),
+            model_name="workflowrun",
+            index=models.Index(
+                condition=models.Q(("status", "running")),
+                fields=["updated_at"],
+                name="pikku_run_running_updated",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowrun',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['running', 'suspended', 'completed', 'failed', 'cancelled'])), name='pikku_run_status_valid'),
+            model_name="workflowrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("status__in", ["running", "suspended", "completed", "failed", "cancelled"])
+                ),
+                name="pikku_run_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowrun',
-            constraint=models.UniqueConstraint(fields=('workflow', 'idempotency_key'), name='pikku_run_idempotency_key_unique'),
+            model_name="workflowrun",
+            constraint=models.UniqueConstraint(
+                fields=("workflow", "idempotency_key"), name="pikku_run_idempotency_key_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstephistory',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'scheduled', 'running', 'succeeded', 'failed', 'waiting'])), name='pikku_history_status_valid'),
+            model_name="workflowstephistory",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        ["pending", "scheduled", "running", "succeeded", "failed", "waiting"],
+                    )
+                ),
+                name="pikku_history_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstephistory',
-            constraint=models.UniqueConstraint(fields=('step', 'attempt'), name='pikku_history_step_attempt'),
+            model_name="workflowstephistory",
+            constraint=models.UniqueConstraint(
+                fields=("step", "attempt"), name="pikku_history_step_attempt"
+            ),
         ),
     ]

@@ -4,19 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0001_initial'),
+        ("pikku_workflows", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='workflowstep',
-            name='kind',
-            field=models.CharField(choices=[('function', 'Step function'), ('callable', 'Callable'), ('child', 'Child run'), ('sleep', 'Sleep'), ('suspend', 'Suspend')], default='function', max_length=16),
+            model_name="workflowstep",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("function", "Step function"),
+                    ("callable", "Callable"),
+                    ("child", "Child run"),
+                    ("sleep", "Sleep"),
+                    ("suspend", "Suspend"),
+                ],
+                default="function",
+                max_length=16,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstep',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['function', 'callable', 'child', 'sleep', 'suspend'])), name='pikku_step_kind_valid'),
+            model_name="workflowstep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind__in", ["function", "callable", "child", "sleep", "suspend"])
+                ),
+                name="pikku_step_kind_valid",
+            ),
         ),
     ]

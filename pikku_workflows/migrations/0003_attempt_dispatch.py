@@ -4,19 +4,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0002_step_kind_choices'),
+        ("pikku_workflows", "0002_step_kind_choices"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workflowstephistory',
-            name='dispatch',
-            field=models.CharField(blank=True, choices=[('inline', 'In the pass'), ('in_place', 'In place on a worker'), ('queued', 'Through the queue')], max_length=16, null=True),
+            model_name="workflowstephistory",
+            name="dispatch",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("inline", "In the pass"),
+                    ("in_place", "In place on a worker"),
+                    ("queued", "Through the queue"),
+                ],
+                max_length=16,
+                null=True,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstephistory',
-            constraint=models.CheckConstraint(condition=models.Q(('dispatch__in', ['inline', 'in_place', 'queued'])), name='pikku_history_dispatch_valid'),
+            model_name="workflowstephistory",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("dispatch__in", ["inline", "in_place", "queued"])),
+                name="pikku_history_dispatch_valid",
+            ),
         ),
     ]

@@ -5,29 +5,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0003_attempt_dispatch'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0003_attempt_dispatch"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='workflowstep',
-            name='pikku_step_kind_valid',
+            model_name="workflowstep",
+            name="pikku_step_kind_valid",
         ),
         migrations.AlterField(
-            model_name='workflowstep',
-            name='kind',
-            field=models.CharField(choices=[('function', 'Step function'), ('callable', 'Callable'), ('child', 'Child run'), ('sleep', 'Sleep'), ('suspend', 'Suspend'), ('patch', 'Patch marker')], default='function', max_length=16),
+            model_name="workflowstep",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("function", "Step function"),
+                    ("callable", "Callable"),
+                    ("child", "Child run"),
+                    ("sleep", "Sleep"),
+                    ("suspend", "Suspend"),
+                    ("patch", "Patch marker"),
+                ],
+                default="function",
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['workflow', 'code_version'], name='pikku_run_workflow_version'),
+            model_name="workflowrun",
+            index=models.Index(
+                fields=["workflow", "code_version"], name="pikku_run_workflow_version"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='workflowstep',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['function', 'callable', 'child', 'sleep', 'suspend', 'patch'])), name='pikku_step_kind_valid'),
+            model_name="workflowstep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind__in", ["function", "callable", "child", "sleep", "suspend", "patch"])
+                ),
+                name="pikku_step_kind_valid",
+            ),
         ),
     ]

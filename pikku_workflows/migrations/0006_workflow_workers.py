@@ -4,26 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0005_approvals_and_signals'),
+        ("pikku_workflows", "0005_approvals_and_signals"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkflowWorker',
+            name="WorkflowWorker",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('host', models.CharField(max_length=255)),
-                ('pid', models.PositiveIntegerField()),
-                ('cluster', models.CharField(max_length=200)),
-                ('started_at', models.DateTimeField()),
-                ('last_seen_at', models.DateTimeField()),
-                ('steps_in_flight', models.PositiveIntegerField(default=0)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("host", models.CharField(max_length=255)),
+                ("pid", models.PositiveIntegerField()),
+                ("cluster", models.CharField(max_length=200)),
+                ("started_at", models.DateTimeField()),
+                ("last_seen_at", models.DateTimeField()),
+                ("steps_in_flight", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['host', 'pid'],
-                'indexes': [models.Index(fields=['last_seen_at'], name='pikku_worker_last_seen')],
+                "ordering": ["host", "pid"],
+                "indexes": [models.Index(fields=["last_seen_at"], name="pikku_worker_last_seen")],
             },
         ),
     ]

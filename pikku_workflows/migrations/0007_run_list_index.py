@@ -5,16 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0006_workflow_workers'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0006_workflow_workers"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['created_at', 'id'], name='pikku_run_created_id'),
+            model_name="workflowrun",
+            index=models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
         ),
     ]

@@ -5,29 +5,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0007_run_list_index'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0007_run_list_index"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='workflowrun',
-            options={'ordering': ['-created_at'], 'permissions': [('cancel_workflowrun', 'Can cancel workflow runs'), ('suspend_workflowrun', 'Can suspend workflow runs'), ('resume_workflowrun', 'Can resume workflow runs'), ('retry_workflowrun', 'Can retry workflow runs'), ('fork_workflowrun', 'Can fork workflow runs'), ('signal_workflowrun', 'Can send signals to workflow runs')]},
+            name="workflowrun",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("cancel_workflowrun", "Can cancel workflow runs"),
+                    ("suspend_workflowrun", "Can suspend workflow runs"),
+                    ("resume_workflowrun", "Can resume workflow runs"),
+                    ("retry_workflowrun", "Can retry workflow runs"),
+                    ("fork_workflowrun", "Can fork workflow runs"),
+                    ("signal_workflowrun", "Can send signals to workflow runs"),
+                ],
+            },
         ),
         migrations.RemoveConstraint(
-            model_name='workflowrun',
-            name='pikku_run_idempotency_key_unique',
+            model_name="workflowrun",
+            name="pikku_run_idempotency_key_unique",
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='idempotency_scope',
-            field=models.CharField(blank=True, default='', max_length=255),
+            model_name="workflowrun",
+            name="idempotency_scope",
+            field=models.CharField(blank=True, default="", max_length=255),
         ),
         migrations.AddConstraint(
-            model_name='workflowrun',
-            constraint=models.UniqueConstraint(fields=('workflow', 'idempotency_scope', 'idempotency_key'), name='pikku_run_idempotency_key_unique'),
+            model_name="workflowrun",
+            constraint=models.UniqueConstraint(
+                fields=("workflow", "idempotency_scope", "idempotency_key"),
+                name="pikku_run_idempotency_key_unique",
+            ),
         ),
     ]

@@ -5,15 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0008_idempotency_scope_and_signal_permission'),
+        ("pikku_workflows", "0008_idempotency_scope_and_signal_permission"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='workflowsignal',
-            index=models.Index(condition=models.Q(('consumed_at__isnull', True)), fields=['run'], name='pikku_signal_run_kept'),
+            model_name="workflowsignal",
+            index=models.Index(
+                condition=models.Q(("consumed_at__isnull", True)),
+                fields=["run"],
+                name="pikku_signal_run_kept",
+            ),
         ),
     ]

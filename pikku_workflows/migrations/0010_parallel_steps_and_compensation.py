@@ -5,41 +5,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0009_kept_signals_index'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0009_kept_signals_index"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workflowrun',
-            name='compensation',
-            field=models.CharField(blank=True, choices=[('running', 'Compensating'), ('compensated', 'Compensated'), ('compensation_failed', 'Compensation failed')], max_length=24, null=True),
+            model_name="workflowrun",
+            name="compensation",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("running", "Compensating"),
+                    ("compensated", "Compensated"),
+                    ("compensation_failed", "Compensation failed"),
+                ],
+                max_length=24,
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='compensation_cause',
+            model_name="workflowrun",
+            name="compensation_cause",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='random_seed',
+            model_name="workflowrun",
+            name="random_seed",
             field=models.BigIntegerField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='workflowstep',
-            name='atomic',
+            model_name="workflowstep",
+            name="atomic",
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name='workflowstep',
-            name='gather_key',
+            model_name="workflowstep",
+            name="gather_key",
             field=models.CharField(blank=True, max_length=255, null=True),
         ),
         migrations.AddConstraint(
-            model_name='workflowrun',
-            constraint=models.CheckConstraint(condition=models.Q(('compensation__in', ['running', 'compensated', 'compensation_failed'])), name='pikku_run_compensation_valid'),
+            model_name="workflowrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("compensation__in", ["running", "compensated", "compensation_failed"])
+                ),
+                name="pikku_run_compensation_valid",
+            ),
         ),
     ]

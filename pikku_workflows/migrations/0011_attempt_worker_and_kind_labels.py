@@ -4,20 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0010_parallel_steps_and_compensation'),
+        ("pikku_workflows", "0010_parallel_steps_and_compensation"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workflowstephistory',
-            name='worker',
+            model_name="workflowstephistory",
+            name="worker",
             field=models.CharField(blank=True, max_length=300, null=True),
         ),
         migrations.AlterField(
-            model_name='workflowversion',
-            name='kind',
-            field=models.CharField(choices=[('dsl', 'Code workflow'), ('graph', 'Graph workflow'), ('dynamic', 'Dynamic workflow')], default='dsl', max_length=16),
+            model_name="workflowversion",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("dsl", "Code workflow"),
+                    ("graph", "Graph workflow"),
+                    ("dynamic", "Dynamic workflow"),
+                ],
+                default="dsl",
+                max_length=16,
+            ),
         ),
     ]

@@ -6,53 +6,89 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0011_attempt_worker_and_kind_labels'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0011_attempt_worker_and_kind_labels"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkflowRunTombstone',
+            name="WorkflowRunTombstone",
             fields=[
-                ('id', models.UUIDField(editable=False, primary_key=True, serialize=False)),
-                ('workflow', models.CharField(max_length=200)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('suspended', 'Suspended'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], max_length=16)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('idempotency_scope', models.CharField(blank=True, default='', max_length=255)),
-                ('purged_at', models.DateTimeField()),
+                ("id", models.UUIDField(editable=False, primary_key=True, serialize=False)),
+                ("workflow", models.CharField(max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("suspended", "Suspended"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("idempotency_scope", models.CharField(blank=True, default="", max_length=255)),
+                ("purged_at", models.DateTimeField()),
             ],
             options={
-                'ordering': ['-purged_at'],
+                "ordering": ["-purged_at"],
             },
         ),
         migrations.AlterModelOptions(
-            name='workflowrun',
-            options={'ordering': ['-created_at'], 'permissions': [('cancel_workflowrun', 'Can cancel workflow runs'), ('suspend_workflowrun', 'Can suspend workflow runs'), ('resume_workflowrun', 'Can resume workflow runs'), ('retry_workflowrun', 'Can retry workflow runs'), ('fork_workflowrun', 'Can fork workflow runs'), ('signal_workflowrun', 'Can send signals to workflow runs'), ('hold_workflowrun', 'Can hold workflow runs from purges and release them')]},
+            name="workflowrun",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("cancel_workflowrun", "Can cancel workflow runs"),
+                    ("suspend_workflowrun", "Can suspend workflow runs"),
+                    ("resume_workflowrun", "Can resume workflow runs"),
+                    ("retry_workflowrun", "Can retry workflow runs"),
+                    ("fork_workflowrun", "Can fork workflow runs"),
+                    ("signal_workflowrun", "Can send signals to workflow runs"),
+                    ("hold_workflowrun", "Can hold workflow runs from purges and release them"),
+                ],
+            },
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='retention_hold',
+            model_name="workflowrun",
+            name="retention_hold",
             field=models.BooleanField(default=False),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(condition=models.Q(('finished_at__isnull', False), ('parent_run__isnull', True)), fields=['finished_at', 'id'], name='pikku_run_purgeable'),
+            model_name="workflowrun",
+            index=models.Index(
+                condition=models.Q(("finished_at__isnull", False), ("parent_run__isnull", True)),
+                fields=["finished_at", "id"],
+                name="pikku_run_purgeable",
+            ),
         ),
         migrations.AddField(
-            model_name='workflowruntombstone',
-            name='started_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="workflowruntombstone",
+            name="started_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowruntombstone',
-            index=models.Index(condition=models.Q(('idempotency_key__isnull', False)), fields=['workflow', 'idempotency_scope', 'idempotency_key'], name='pikku_tombstone_idempotency'),
+            model_name="workflowruntombstone",
+            index=models.Index(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=["workflow", "idempotency_scope", "idempotency_key"],
+                name="pikku_tombstone_idempotency",
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowruntombstone',
-            index=models.Index(fields=['purged_at'], name='pikku_tombstone_purged_at'),
+            model_name="workflowruntombstone",
+            index=models.Index(fields=["purged_at"], name="pikku_tombstone_purged_at"),
         ),
     ]

@@ -231,31 +231,59 @@ def _run_each(schema_editor, postgresql, sqlite):
             cursor.execute(statement)
 
 
-
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('pikku_workflows', '0012_retention_holds_and_tombstones'),
+        ("pikku_workflows", "0012_retention_holds_and_tombstones"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkflowEvent',
+            name="WorkflowEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('seq', models.PositiveIntegerField(blank=True, null=True)),
-                ('at', models.DateTimeField()),
-                ('step_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('attempt', models.PositiveIntegerField(blank=True, null=True)),
-                ('event', models.CharField(max_length=32)),
-                ('run', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='pikku_workflows.workflowrun')),
-                ('user', models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("seq", models.PositiveIntegerField(blank=True, null=True)),
+                ("at", models.DateTimeField()),
+                ("step_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("attempt", models.PositiveIntegerField(blank=True, null=True)),
+                ("event", models.CharField(max_length=32)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="pikku_workflows.workflowrun",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'seq'],
-                'indexes': [models.Index(condition=models.Q(('user__isnull', False)), fields=['user'], name='pikku_event_user')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('seq__isnull', False)), fields=('run', 'seq'), name='pikku_event_run_seq')],
+                "ordering": ["run", "seq"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("user__isnull", False)),
+                        fields=["user"],
+                        name="pikku_event_user",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("seq__isnull", False)),
+                        fields=("run", "seq"),
+                        name="pikku_event_run_seq",
+                    )
+                ],
             },
         ),
         migrations.RunPython(fill_event_log, migrations.RunPython.noop),

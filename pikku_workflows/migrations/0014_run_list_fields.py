@@ -79,48 +79,66 @@ def fill_list_fields(apps, schema_editor):
         last = batch[-1]
 
 
-
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0013_event_log'),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("pikku_workflows", "0013_event_log"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workflowrun',
-            name='current_step_key',
+            model_name="workflowrun",
+            name="current_step_key",
             field=models.CharField(blank=True, editable=False, max_length=255, null=True),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='last_error_code',
+            model_name="workflowrun",
+            name="last_error_code",
             field=models.CharField(blank=True, editable=False, max_length=64, null=True),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='steps_done',
+            model_name="workflowrun",
+            name="steps_done",
             field=models.PositiveIntegerField(db_default=0, default=0, editable=False),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='steps_total',
+            model_name="workflowrun",
+            name="steps_total",
             field=models.PositiveIntegerField(db_default=0, default=0, editable=False),
         ),
         migrations.AddField(
-            model_name='workflowrun',
-            name='waiting_on',
-            field=models.CharField(blank=True, choices=[('step', 'a step (queued or running)'), ('timer', 'a timer (sleep)'), ('retry', 'a retry backoff'), ('child', 'a child run'), ('lease', 'a step whose worker went silent'), ('approval', 'an approval'), ('signal', 'a signal'), ('suspend', 'an operator (suspended)'), ('pass', 'a worker (its next pass)')], db_default='pass', default='pass', editable=False, max_length=16, null=True),
+            model_name="workflowrun",
+            name="waiting_on",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("step", "a step (queued or running)"),
+                    ("timer", "a timer (sleep)"),
+                    ("retry", "a retry backoff"),
+                    ("child", "a child run"),
+                    ("lease", "a step whose worker went silent"),
+                    ("approval", "an approval"),
+                    ("signal", "a signal"),
+                    ("suspend", "an operator (suspended)"),
+                    ("pass", "a worker (its next pass)"),
+                ],
+                db_default="pass",
+                default="pass",
+                editable=False,
+                max_length=16,
+                null=True,
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['waiting_on', 'created_at'], name='pikku_run_waiting_created'),
+            model_name="workflowrun",
+            index=models.Index(
+                fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"
+            ),
         ),
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['finished_at'], name='pikku_run_finished'),
+            model_name="workflowrun",
+            index=models.Index(fields=["finished_at"], name="pikku_run_finished"),
         ),
         migrations.RunPython(fill_list_fields, migrations.RunPython.noop),
     ]

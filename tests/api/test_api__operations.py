@@ -169,12 +169,12 @@ def test_bulk__dry_run_previews_eligible_and_ineligible_runs_and_changes_nothing
         {
             "id": str(mixed["failed"].pk),
             "status": "failed",
-            "reason": "failed: only running or suspended runs can be cancelled",
+            "reason": "failed: only queued, running or suspended runs can be cancelled",
         },
         {
             "id": str(mixed["completed"].pk),
             "status": "completed",
-            "reason": "completed: only running or suspended runs can be cancelled",
+            "reason": "completed: only queued, running or suspended runs can be cancelled",
         },
     ]
     assert "outcomes" not in body
@@ -193,7 +193,7 @@ def test_bulk__acts_on_the_eligible_runs_and_reports_each_outcome(mixed, operato
         {
             "id": str(mixed["completed"].pk),
             "status": "completed",
-            "reason": "completed: only running runs can be suspended",
+            "reason": "completed: only queued or running runs can be suspended",
         }
     ]
     assert body["outcomes"] == [

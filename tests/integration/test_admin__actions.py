@@ -62,7 +62,7 @@ def test_bulk_cancel__confirmation_page_sorts_runs_into_eligible_and_not(admin_c
     ineligible = {row["run"].pk: row["problem"] for row in response.context["ineligible"]}
     assert eligible == {running.pk, suspended.pk}
     assert ineligible == {
-        completed.pk: "completed: only running or suspended runs can be cancelled",
+        completed.pk: "completed: only queued, running or suspended runs can be cancelled",
         cancelled.pk: "already cancelled",
     }
     content = response.content.decode()
@@ -101,7 +101,7 @@ def test_bulk_cancel__confirmed_cancels_the_eligible_and_reports_the_rest(
     assert reported[1][0] == "warning"
     assert "Skipped 1 run that could not be cancelled" in reported[1][1]
     assert str(completed.pk)[:8] in reported[1][1]
-    assert "only running or suspended runs can be cancelled" in reported[1][1]
+    assert "only queued, running or suspended runs can be cancelled" in reported[1][1]
 
 
 def test_bulk_suspend_and_resume(admin_client, shop):
@@ -186,7 +186,7 @@ def test_bulk_action__run_changed_since_confirmation_is_skipped(admin_client, sh
     assert status_of(run) == RunStatus.CANCELLED
     [(level, text)] = messages_of(response)
     assert level == "warning"
-    assert "cancelled: only running runs can be suspended" in text
+    assert "cancelled: only queued or running runs can be suspended" in text
 
 
 def test_fork_is_not_a_bulk_action(admin_client, shop):
@@ -262,7 +262,7 @@ def test_single_cancel__of_a_completed_run_explains_and_changes_nothing(admin_cl
     assert status_of(run) == RunStatus.COMPLETED
     [(level, text)] = messages_of(response)
     assert level == "warning"
-    assert "completed: only running or suspended runs can be cancelled" in text
+    assert "completed: only queued, running or suspended runs can be cancelled" in text
 
 
 def test_single_cancel__twice_is_quiet_the_second_time(admin_client, shop):

@@ -25,7 +25,20 @@ def test_run_transitions__suspended_resumes_or_cancels_only():
 
 
 def test_run_sources__of_cancelled():
-    assert run_sources(RunStatus.CANCELLED) == {RunStatus.RUNNING, RunStatus.SUSPENDED}
+    assert run_sources(RunStatus.CANCELLED) == {
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        RunStatus.SUSPENDED,
+    }
+
+
+def test_run_transitions__a_queued_run_is_admitted_or_stopped_and_resumes_into_the_queue():
+    assert RUN_TRANSITIONS[RunStatus.QUEUED] == {
+        RunStatus.RUNNING,
+        RunStatus.SUSPENDED,
+        RunStatus.CANCELLED,
+    }
+    assert run_sources(RunStatus.QUEUED) == {RunStatus.SUSPENDED}
 
 
 def test_step_transitions__succeeded_is_final():

@@ -51,7 +51,7 @@ from ..store.approval_rows import (
 )
 from ..store.claims import deadline_passed, lock_approval_txn
 from .approval_reads import approval_dict, approval_pk
-from .runs import checked_user
+from .users import checked_user
 
 # A decision whose deadline passes between its judgement and its write is judged once more.
 DECISION_TRIES = 3

@@ -22,27 +22,32 @@ from django.db.models import Case, CharField, F, Value, When
 from ... import events
 from ...dispatch import enqueue_orchestration
 from ...exceptions import (
+    ConcurrencyReplaced,
     InvalidInput,
     InvalidTransition,
     WorkflowCancelled,
     WorkflowDispatchException,
+    WorkflowError,
     WorkflowSuspended,
 )
+from ...flow import OnFull
 from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowStep
 from ...querysets import DatabaseNow
+from ...registry import registry
 from ...serialization import describe_error
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, StepStatus
 from ...step_keys import COMPENSATION_SUFFIX, HANDLER_SUFFIX
 from ...validation import KEY_MAX_LENGTH, REASON_MAX_LENGTH, checked_text
 from ..replay import children
+from ..store.admission_transitions import admit_queued_txn, held_slots, holders_of, rule_name
 from ..store.approval_transitions import cancel_pending_approvals_txn
-from ..store.claims import share_run_txn
+from ..store.claims import lock_admission_key_txn, share_run_txn
 from ..store.run_rows import create_run_row
 from ..store.run_transitions import begin_compensation, move_run
 from ..store.step_transitions import create_step_txn, move_step_txn
 from .reads import get_run_status, missing_run, run_pk
-from .runs import checked_user
 from .timers import dispatch_woken
+from .users import checked_user
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +150,14 @@ def suspend_run(run_id: Any, *, reason: str = "", by: Any = None) -> dict[str, A
 
 def resume_run(run_id: Any, *, by: Any = None, reason: str = "") -> dict[str, Any]:
     """Move a suspended run (by an operator, `wf.suspend` or RPC_NOT_FOUND) back to running and
-    enqueue a pass; a running run is left as is."""
+    enqueue a pass; a running run is left as is. A run suspended before its concurrency rule
+    admitted it goes back to the queue (and is admitted at once if its key has room)."""
     pk, reason, by = _checked(run_id, reason, by)
 
     def apply_txn(pk: uuid.UUID, before: str) -> None:
+        if _requeue_txn(pk, before):
+            _audit(pk, RESUME.action, before, RunStatus.QUEUED, by, reason)
+            return
         move_run(pk, RunStatus.RUNNING, expected=[before], error=None)
         _audit(pk, RESUME.action, before, RESUME.target, by, reason)
         enqueue_orchestration(pk)
@@ -253,7 +262,7 @@ def fork_run(run_id: Any, *, from_step: str, by: Any = None, reason: str = "") -
 CANCEL = Rule(
     "cancel",
     RunStatus.CANCELLED,
-    frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+    frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SUSPENDED}),
     "cancelled",
     cancel_run,
     "cancel_workflowrun",
@@ -272,7 +281,7 @@ CANCEL = Rule(
 SUSPEND = Rule(
     "suspend",
     RunStatus.SUSPENDED,
-    frozenset({RunStatus.RUNNING}),
+    frozenset({RunStatus.QUEUED, RunStatus.RUNNING}),
     "suspended",
     suspend_run,
     "suspend_workflowrun",
@@ -365,9 +374,33 @@ def _audit(
     events.announce_operator_action(pk, action, by, reason, before, after)
 
 
-def _cancel_txn(pk: uuid.UUID, before: str, reason: str, by: Any, **payload: Any) -> None:
-    """Cancel one run and, depth first, its live children; every run gets its own audit row."""
-    error = _operator_error(WorkflowCancelled(reason or "Cancelled by an operator."))
+def _requeue_txn(pk: uuid.UUID, before: str) -> bool:
+    """Put a suspended run that was never admitted back in its key's queue and admit what the
+    key has room for; False when the run was admitted before it was suspended."""
+    run = WorkflowRun.objects.filter(pk=pk).values("workflow", "concurrency_key").first()
+    if run is None or run["concurrency_key"] is None:
+        return False
+    workflow, key = run["workflow"], run["concurrency_key"]
+    lock_admission_key_txn(rule_name(workflow), key)
+    if held_slots(pk):
+        return False
+    move_run(pk, RunStatus.QUEUED, expected=[before], error=None)
+    admit_queued_txn(workflow, key)
+    return True
+
+
+def _cancel_txn(
+    pk: uuid.UUID,
+    before: str,
+    reason: str,
+    by: Any,
+    *,
+    why: WorkflowError | None = None,
+    **payload: Any,
+) -> None:
+    """Cancel one run and, depth first, its live children; every run gets its own audit row.
+    `why` is the error the run ends with (an operator's cancel unless given)."""
+    error = _operator_error(why or WorkflowCancelled(reason or "Cancelled by an operator."))
     # Its steps before the run row (the lock order of claims.sql); a refused move rolls back.
     disarmed = _disarm_timers_txn(pk)
     closed = cancel_pending_approvals_txn(pk)
@@ -437,7 +470,7 @@ def _cancel_compensating_txn(pk: uuid.UUID, before: str, reason: str, by: Any) -
 
 def _cancel_children_txn(pk: uuid.UUID, reason: str, by: Any) -> list[str]:
     live = WorkflowRun.objects.filter(
-        parent_run_id=pk, status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]
+        parent_run_id=pk, status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SUSPENDED]
     ).order_by("created_at")
     child_reason = f"Parent run {pk} was cancelled" + (f": {reason}" if reason else ".")
     cancelled = []
@@ -552,3 +585,56 @@ def _copy_step_txn(fork_pk: uuid.UUID, step: WorkflowStep) -> WorkflowStep:
         atomic=step.atomic,
         gather_key=step.gather_key,
     )
+
+
+def settle_refused_txn(run: WorkflowRun) -> None:
+    """Inside the transaction that started `run` and was refused a slot (its key's lock held):
+    audit a run its rule skipped; make room for a run whose rule replaces, by cancelling the
+    oldest active runs of its key (CONCURRENCY_REPLACED, audited), whose freed slots admit it."""
+    rule = registry.get_workflow(run.workflow).concurrency
+    assert rule is not None and run.concurrency_key is not None
+    held_by = holders_of(run.workflow, run.concurrency_key)
+    if run.status == RunStatus.CANCELLED:
+        reason = run.error["message"] if run.error else ""
+        _audit(
+            run.pk,
+            CANCEL.action,
+            "",
+            RunStatus.CANCELLED,
+            None,
+            reason,
+            on_full=rule.on_full,
+            held_by=held_by,
+        )
+        events.announce_run_finished(run.pk, RunStatus.CANCELLED, run.error, workflow=run.workflow)
+        return
+    if rule.on_full != OnFull.REPLACE:
+        return
+    why = ConcurrencyReplaced(
+        f"Replaced by run {run.pk}: {run.workflow!r} admits {rule.max_active} run(s) with key "
+        f'{run.concurrency_key!r} at a time (on_full="replace").'
+    )
+    for holder in held_by[: len(held_by) - rule.max_active + 1]:
+        _replace_txn(uuid.UUID(holder), run, why)
+
+
+def _replace_txn(pk: uuid.UUID, successor: WorkflowRun, why: ConcurrencyReplaced) -> None:
+    """Cancel the active run `pk` for `successor` (one savepoint: a run that an operator moved
+    meanwhile is left as it is, and the successor waits for the next free slot)."""
+    try:
+        with transaction.atomic():
+            before = _status_of(pk)
+            if before not in CANCEL.sources:
+                return
+            _cancel_txn(
+                pk,
+                before,
+                why.message,
+                None,
+                why=why,
+                on_full=OnFull.REPLACE,
+                replaced_by=str(successor.pk),
+            )
+    except InvalidTransition:
+        return
+    transaction.on_commit(lambda: children.notify_parent(pk))

@@ -12,7 +12,7 @@ from ...models import WorkflowAuditEntry, WorkflowRun
 from ...querysets import DatabaseNow
 from ...validation import REASON_MAX_LENGTH, checked_text
 from .reads import get_run_status, missing_run, run_pk
-from .runs import checked_user
+from .users import checked_user
 
 HOLD = "hold"
 RELEASE = "release"

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from django.db.models import F, Prefetch
+from django.utils import timezone
 
 from ...approvals.policy import approval_id_for
 from ...exceptions import RunNotFound, RunPurged
@@ -20,8 +21,9 @@ from ...models import (
 )
 from ...status import TERMINAL_RUN_STATUSES, RunStatus, StepKind, StepStatus
 from ...time_travel import build_timeline, state_at
-from ...waiting import WaitingKind
+from ...waiting import AdmissionReason, WaitingKind
 from ..replay.replay_pass import lease_lapsed
+from ..store.admission_transitions import holders_of
 from ..store.event_log import last_seq, read_events
 
 
@@ -141,11 +143,16 @@ def _duration_ms(history: WorkflowStepHistory | None) -> int | None:
     return max(int((end - start).total_seconds() * 1000), 0)
 
 
-def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | None:
+def waiting_on(
+    run: WorkflowRun, steps: list[WorkflowStep], *, holders: bool = True
+) -> dict[str, Any] | None:
     """What a live run waits for: the newest step still in flight, else its next pass (None for
-    ended runs)."""
+    ended runs); a queued run, its admission (`holders`: with the runs holding its key's slots,
+    one query)."""
     if run.status in TERMINAL_RUN_STATUSES:
         return None
+    if run.status == RunStatus.QUEUED:
+        return admission_wait(run, holders=holders)
     if run.status == RunStatus.SUSPENDED:
         return {"kind": WaitingKind.SUSPEND.value, "reason": (run.error or {}).get("message", "")}
     for step in reversed(steps):
@@ -154,6 +161,24 @@ def waiting_on(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any] | 
             return {"step_key": step.step_key, **described}
     # Nothing in flight: a worker's next pass (queued, or no worker took the first one yet).
     return {"kind": WaitingKind.PASS.value} if run.status == RunStatus.RUNNING else None
+
+
+def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
+    """Why a queued run waits: a rate (until `until`), or its concurrency key is full
+    (`held_by`: the runs holding its slots, oldest first)."""
+    # A run without a key waits on nothing but its rate, even just as its time comes.
+    rated = run.concurrency_key is None or (
+        run.not_before is not None and run.not_before > timezone.now()
+    )
+    reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
+    wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
+    if run.concurrency_key is not None:
+        wait["key"] = run.concurrency_key
+    if holders and run.concurrency_key is not None:
+        wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
+    if run.not_before is not None:
+        wait["until"] = run.not_before.isoformat()
+    return wait
 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:

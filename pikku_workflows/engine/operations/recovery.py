@@ -27,6 +27,7 @@ from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
+from ..store.admission_transitions import admit_stranded
 from .purge import purge_by_retention
 from .timers import dispatch_woken, fire_due_timers
 
@@ -76,8 +77,8 @@ backoff = RedispatchBackoff()
 
 def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
-    resume runs whose pass died holding the run lease and runs stalled with nothing in flight.
-    Returns counts by kind."""
+    resume runs whose pass died holding the run lease and runs stalled with nothing in flight,
+    and admit queued runs whose key has room. Returns counts by kind."""
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
@@ -87,6 +88,7 @@ def recover() -> dict[str, int]:
         "relayed": _redispatch(_undispatched_steps(), relaying) + _resume(_unstarted_runs()),
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
+        "admitted": admit_stranded(pikku_settings.RECOVERY_BATCH),
     }
     if counts["lapsed"] or counts["lapsed_runs"]:
         # A takeover: the passes running now run nothing more in place (until the next sweep at

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.contenttypes.models import ContentType
 from django.db import Error as DatabaseError
 from django.db import IntegrityError, models, transaction
@@ -31,6 +30,7 @@ from ...exceptions import (
     WorkflowDispatchException,
     _RunEnded,
 )
+from ...flow import OnFull
 from ...models import WorkflowRun, WorkflowRunTombstone
 from ...registry import registry, validate_graph_functions
 from ...serialization import NotStorableJson, round_trip
@@ -40,7 +40,9 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.leases import new_lease_holder
 from ..store.run_rows import create_run_row
+from .control import settle_refused_txn
 from .reads import get_run_status, missing_run, run_pk
+from .users import checked_user
 
 logger = logging.getLogger(__name__)
 
@@ -116,22 +118,9 @@ def start_run(
     if purged is not None:
         return str(purged), False
     run, created = _create_or_reuse(key, input, holder, fields)
-    if created:
+    if created and run.status == RunStatus.RUNNING:
         _begin(run, holder)
     return str(run.pk), created
-
-
-def checked_user(user: Any, what: str) -> Any:
-    """A saved user, or None; anything else (a username, an AnonymousUser, an unsaved user) is
-    InvalidInput: the audit trail and `started_by` must point at a real account."""
-    if user is None:
-        return None
-    if not isinstance(user, AbstractBaseUser) or user.pk is None:
-        raise InvalidInput(
-            f"{what} must be a saved user (or None), not {type(user).__name__} {user!r:.60}; "
-            "pass None for an anonymous request."
-        )
-    return user
 
 
 def _subject_fields(subject: Any) -> dict[str, Any]:
@@ -179,8 +168,12 @@ def _create_or_reuse(
     existing = key.existing_run()
     if existing is not None:
         return _same_input(existing, input, key), False
-    # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError).
-    guarded = transaction.atomic if transaction.get_connection().in_atomic_block else nullcontext
+    # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError);
+    # a skip is audited, and a replace cancels, while the start holds its key's count row.
+    in_transaction = transaction.get_connection().in_atomic_block
+    rule = registry.get_workflow(key.workflow).concurrency
+    settles = rule is not None and rule.on_full != OnFull.QUEUE
+    guarded = transaction.atomic if in_transaction or settles else nullcontext
     try:
         with guarded():
             run = create_run_row(
@@ -192,6 +185,8 @@ def _create_or_reuse(
                 idempotency_scope=key.scope,
                 **fields,
             )
+            if getattr(run, "refused_slot", False):
+                settle_refused_txn(run)
     except IntegrityError:
         # Another caller created the run with this key between our read and insert.
         existing = key.existing_run()

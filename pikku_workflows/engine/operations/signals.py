@@ -24,7 +24,7 @@ from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
 from ..store.signal_rows import deliver_signals_txn, keep_signal_txn, kept_signal_count_txn
 from .reads import get_run_status, missing_run, run_pk
-from .runs import checked_user
+from .users import checked_user
 
 # Who may send a signal to a run besides its starter (the model permission the admin grants).
 SIGNAL_PERMISSION = "pikku_workflows.signal_workflowrun"

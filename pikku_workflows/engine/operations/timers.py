@@ -19,6 +19,7 @@ from ...outages import outages
 from ...querysets import DatabaseNow
 from ...registry import registry
 from ...status import ApprovalStatus, StepKind, StepStatus
+from ..store.admission_transitions import admit_due
 from ..store.approval_rows import fire_approval_timer_txn, send_due_reminders
 from ..store.claims import lock_due_timers_txn
 from ..store.signal_rows import time_out_wait_txn
@@ -26,7 +27,8 @@ from ..store.step_transitions import move_step_txn
 
 
 def fire_due_timers(limit: int | None = None) -> int:
-    """One tick of the timer loop; returns how many timers fired (reminders included)."""
+    """One tick of the timer loop; returns how many timers fired (reminders, and queued runs
+    admitted because the time a rate gave them came, included)."""
     batch = limit or pikku_settings.RECOVERY_BATCH
     due = claim_due_timers(batch)
     for step in due:
@@ -35,7 +37,7 @@ def fire_due_timers(limit: int | None = None) -> int:
         except WorkflowDispatchException as exc:
             # The row says what is due; recovery relays it once the queue is back.
             outages.failed(f"dispatching woken step {step.step_key!r}", exc)
-    return len(due) + send_due_reminders(batch)
+    return len(due) + send_due_reminders(batch) + admit_due(batch)
 
 
 def claim_due_timers(limit: int) -> list[WorkflowStep]:

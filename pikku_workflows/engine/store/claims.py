@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from ...control_flow import RunInterrupted
-from ...models import WorkflowApproval, WorkflowRun, WorkflowStep
+from ...models import WorkflowApproval, WorkflowRun, WorkflowSlotCount, WorkflowStep
 from ...querysets import DatabaseNow
 from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
@@ -250,3 +250,17 @@ def share_run_txn(run_id: Any) -> str | None:
     assert transaction.get_connection().in_atomic_block
     runs = WorkflowRun.objects.select_for_update(of=("self",), no_key=True).filter(pk=run_id)
     return runs.values_list("status", flat=True).first()
+
+
+def lock_admission_key_txn(rule: str, key: str) -> int:
+    """Inside a transaction: how many slots of `key` under `rule` are held, its count row locked
+    until the transaction ends (claims.sql `lock_admission_key`). Whatever frees or hands out
+    the key's slots holds it, before any run row."""
+    assert transaction.get_connection().in_atomic_block
+    if connection.vendor != "postgresql":
+        count, _ = WorkflowSlotCount.objects.get_or_create(rule=rule, key=key)
+        return count.held  # SQLite has one writer at a time: the row is the count only
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["lock_admission_key"], {"rule": rule, "key": key})
+        (held,) = cursor.fetchone()
+        return int(held)

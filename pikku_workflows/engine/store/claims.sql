@@ -46,3 +46,48 @@ FOR SHARE OF run SKIP LOCKED
 -- True when this transaction now holds the purger's lock (%(purger_key)s, released at its end),
 -- False when another purge's batch holds it: one purger at a time, never waited for.
 SELECT pg_try_advisory_xact_lock(%(purger_key)s)
+-- name: lock_admission_key
+-- The slot count of key %(key)s under rule %(rule)s (created at zero if missing), its row
+-- locked until the transaction ends, and its `held`. Whatever frees or hands out the key's
+-- slots holds it first, so each statement after it sees every slot the others committed. Taken
+-- before any run row: the lock order is key, then runs.
+INSERT INTO {slot_count} AS counted (rule, key, held) VALUES (%(rule)s::text, %(key)s::text, 0)
+ON CONFLICT (rule, key) DO UPDATE SET held = counted.held
+RETURNING held
+
+-- name: take_slot
+-- A slot of key %(concurrency_key)s under rule %(rule)s (none when the rule is NULL, or when
+-- %(not_before)s has not come: a rate holds the run) if fewer than %(max_active)s are held: the key's count row is locked whether or not one is free (ON
+-- CONFLICT DO UPDATE locks the row it meets), and its condition is judged on the row's latest
+-- version once a concurrent start that holds it commits, so two starts never both take the
+-- last slot. One row when a slot was taken.
+INSERT INTO {slot_count} AS counted (rule, key, held)
+SELECT %(rule)s::text, %(concurrency_key)s::text, 1
+WHERE %(rule)s::text IS NOT NULL
+    AND (%(not_before)s::timestamptz IS NULL OR %(not_before)s::timestamptz <= statement_timestamp())
+ON CONFLICT (rule, key) DO UPDATE SET held = counted.held + 1
+WHERE counted.held < %(max_active)s::integer
+RETURNING 1
+
+-- name: queued_runs_of_key
+-- Up to `room` (CTE of the statement) queued runs of %(workflow)s with key %(key)s whose
+-- not_before came by the database clock, earliest effective start (created_at - priority)
+-- first, held FOR NO KEY UPDATE; a run another transaction holds right now (a cancel or suspend
+-- of it) is skipped rather than waited for: that transaction moves it, and the next slot freed
+-- (or recovery's sweep) admits whoever is queued then.
+SELECT id FROM {run}
+WHERE workflow = %(workflow)s::text AND concurrency_key = %(key)s::text AND status = %(run_queued)s
+    AND (not_before IS NULL OR not_before <= clock_timestamp())
+ORDER BY created_at - make_interval(secs => priority), id
+LIMIT (SELECT room FROM room)
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- name: due_queued_runs
+-- Up to %(limit)s queued runs without a concurrency key whose not_before came by the database
+-- clock, earliest first, held FOR NO KEY UPDATE, skipping runs another transaction holds (another
+-- timer loop, an operator's cancel).
+SELECT id FROM {run}
+WHERE status = %(run_queued)s AND not_before <= clock_timestamp() AND concurrency_key IS NULL
+ORDER BY not_before
+LIMIT %(limit)s
+FOR NO KEY UPDATE SKIP LOCKED

@@ -85,11 +85,14 @@ def _waiting_on(status: str | None) -> Any:
         return Case(
             When(status=RunStatus.RUNNING, then=running),
             When(status=RunStatus.SUSPENDED, then=Value(WaitingKind.SUSPEND)),
+            When(status=RunStatus.QUEUED, then=Value(WaitingKind.ADMISSION)),
             default=None,
             output_field=CharField(),
         )
     if status in TERMINAL_RUN_STATUSES:
         return None
+    if status == RunStatus.QUEUED:
+        return Value(WaitingKind.ADMISSION)
     return Value(WaitingKind.SUSPEND) if status == RunStatus.SUSPENDED else running
 
 

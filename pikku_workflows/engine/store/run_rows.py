@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from ... import events
 from ...conf import pikku_settings
+from ...exceptions import ConcurrencySkipped
+from ...flow import run_priority
 from ...models import WorkflowRun, WorkflowVersion
+from ...querysets import DatabaseNow
 from ...registry import registry
+from ...serialization import describe_error
 from ...sql import Statements
 from ...status import RunStatus
+from ...waiting import WaitingKind
+from .admission_transitions import Admission, admission_for, save_slot_txn, take_slot_txn
 from .leases import run_lease_until
+from .rate_transitions import start_time
 from .tables import engine_names
 from .transitions import on_postgresql
 
-STATEMENTS = Statements(Path(__file__).with_name("run_rows.sql"), names=engine_names)
+STATEMENTS = Statements(
+    Path(__file__).with_name("run_rows.sql"),
+    Path(__file__).with_name("claims.sql"),
+    names=engine_names,
+)
 
 
 def create_run_row(
@@ -30,8 +43,19 @@ def create_run_row(
     pass at once, without reading and leasing the row it has just written). On PostgreSQL this
     is one statement; elsewhere one short transaction. The run's `lease_expires_at` is left
     unknown in memory: the database computed it.
+
+    A run of a workflow with a concurrency rule is admitted in the same statement, which locks
+    its key's count row until the transaction ends: its `status` says whether it was
+    (running), waits (queued) or was skipped (cancelled), and `refused_slot` whether its rule
+    refused it (a rate's wait is not a refusal); only an admitted run is born leased.
+    InvalidInput, before anything is written, when the rule's key function fails on `input`;
+    LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
+    taken first (one statement each): a run they hold is queued until `not_before`.
     """
     definition = registry.get_workflow(workflow)
+    admission = admission_for(workflow, input)
+    priority = run_priority(definition.priority, workflow, input)
+    not_before = start_time(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -52,30 +76,85 @@ def create_run_row(
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
+        concurrency_key=admission.key if admission else None,
+        not_before=not_before,
+        priority=priority,
         **fields,
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():
-        _insert_in_one_statement(run, version, lease_seconds)
+        _insert_in_one_statement(run, version, lease_seconds, admission)
     else:
         with transaction.atomic():
-            WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
-            if lease_holder is not None:
-                run.lease_expires_at = run_lease_until()
-            run.save(force_insert=True)
+            _insert_with_the_orm(run, version, admission)
     run.lease_expires_at = None
+    if run.status == RunStatus.QUEUED:
+        run.lease_holder = None
     events.announce_run_started(run)
     return run
 
 
 def _insert_in_one_statement(
-    run: WorkflowRun, version: WorkflowVersion, lease_seconds: float | None
+    run: WorkflowRun,
+    version: WorkflowVersion,
+    lease_seconds: float | None,
+    admission: Admission | None,
 ) -> None:
     params = {**_column_values(run), "lease_seconds": lease_seconds}
     params |= {f"version_{name}": value for name, value in _column_values(version).items()}
+    params |= _admission_params(admission)
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS["insert_run"], params)
+        run.status, run.refused_slot = cursor.fetchone()  # type: ignore[attr-defined]
+    if run.status == RunStatus.CANCELLED and admission is not None:
+        run.error = skipped_error(admission)
     run._state.adding, run._state.db = False, connection.alias  # as `save()` leaves it
+
+
+def _admission_params(admission: Admission | None) -> dict[str, Any]:
+    return {
+        "rule": admission.rule_name if admission else None,
+        "max_active": admission.rule.max_active if admission else 0,
+        "status_when_full": admission.status_when_full if admission else RunStatus.QUEUED,
+        "error_when_full": json.dumps(skipped_error(admission)) if admission else None,
+        "run_cancelled": RunStatus.CANCELLED,
+        "run_queued": RunStatus.QUEUED,
+        "waiting_admission": WaitingKind.ADMISSION,
+    }
+
+
+def skipped_error(admission: Admission) -> dict[str, Any]:
+    """The error a run skipped by its concurrency rule is recorded with."""
+    why = ConcurrencySkipped(
+        f"Skipped: {admission.rule.max_active} run(s) of {admission.workflow!r} with key "
+        f'{admission.key!r} were active (on_full="skip").'
+    )
+    return describe_error(why, traceback=False)
+
+
+def _insert_with_the_orm(
+    run: WorkflowRun, version: WorkflowVersion, admission: Admission | None
+) -> None:
+    WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
+    run.refused_slot = False  # type: ignore[attr-defined]
+    if run.not_before is not None and run.not_before > timezone.now():
+        run.status, run.lease_holder, run.waiting_on = RunStatus.QUEUED, None, WaitingKind.ADMISSION
+        run.save(force_insert=True)
+        return
+    admitted = admission is None or take_slot_txn(admission)
+    if not admitted:
+        run.refused_slot = True  # type: ignore[attr-defined]
+        assert admission is not None
+        run.status, run.lease_holder = admission.status_when_full, None
+        run.waiting_on = WaitingKind.ADMISSION
+        if run.status == RunStatus.CANCELLED:
+            run.error, run.finished_at = skipped_error(admission), DatabaseNow()
+            run.waiting_on = None
+    if run.lease_holder is not None:
+        run.lease_expires_at = run_lease_until()
+    run.save(force_insert=True)
+    if admitted and admission is not None:
+        save_slot_txn(admission, run.pk)
 
 
 def _column_values(instance: Any) -> dict[str, Any]:

@@ -7,11 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import transaction
+
 from ...control_flow import RunInterrupted
 from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
 from ...querysets import DatabaseNow
+from ...registry import registry
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
+from .admission_transitions import held_slots, lock_keys_txn, release_slots_txn
 from .run_list_fields import KEEP_ERROR, list_field_values
 from .transitions import checked_sources
 
@@ -29,8 +33,29 @@ def move_run(
     With `lease_holder`, the move also requires that holder to own the run lease; a move to a
     terminal status then releases the lease in the same write (a settled run is never
     orchestrated again, so a pending rerun request is moot).
+
+    A run that ends frees its concurrency slots in the same transaction, which admits the runs
+    queued on them: the keys' locks first, then the run's row (the lock order of claims.sql).
     """
     sources = checked_sources("run", target, run_sources(target), expected)
+    if target in TERMINAL_RUN_STATUSES and registry.uses_concurrency:
+        with transaction.atomic():
+            slots = held_slots(run_id)
+            lock_keys_txn(slots)
+            _move_run(run_id, target, sources, lease_holder, fields)
+            if slots:
+                release_slots_txn(run_id, slots)
+        return
+    _move_run(run_id, target, sources, lease_holder, fields)
+
+
+def _move_run(
+    run_id: Any,
+    target: str,
+    sources: frozenset[str],
+    lease_holder: str | None,
+    fields: dict[str, Any],
+) -> None:
     runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
     if lease_holder is not None:
         runs = runs.filter(lease_holder=lease_holder)

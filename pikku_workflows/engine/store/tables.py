@@ -7,7 +7,16 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Field
 
-from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowVersion
+from ...models import (
+    WorkflowLimit,
+    WorkflowRate,
+    WorkflowRun,
+    WorkflowSlot,
+    WorkflowSlotCount,
+    WorkflowStep,
+    WorkflowStepHistory,
+    WorkflowVersion,
+)
 from ...sql import quoted_table
 
 
@@ -21,6 +30,10 @@ def engine_names() -> dict[str, str]:
         "step": quoted_table(WorkflowStep),
         "history": quoted_table(WorkflowStepHistory),
         "version": quoted_table(WorkflowVersion),
+        "slot": quoted_table(WorkflowSlot),
+        "slot_count": quoted_table(WorkflowSlotCount),
+        "limit": quoted_table(WorkflowLimit),
+        "rate": quoted_table(WorkflowRate),
         "user": quoted_table(user),
         "user_pk": connection.ops.quote_name(user._meta.pk.column),
         "username": connection.ops.quote_name(username.column),

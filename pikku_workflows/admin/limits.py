@@ -1,0 +1,64 @@
+"""Named limits in the admin: each limit's rate and burst (the code's, or an operator's edit,
+which later deploys leave alone) with its live usage; an edit goes through the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from ..engine.operations.limits import get_limit, mirror_code_limits, update_limit
+from ..exceptions import InvalidInput, LimitNotFound
+from ..flow import parse_rate
+from ..models import WorkflowLimit
+
+
+class LimitForm(forms.ModelForm):
+    """A rate and burst the engine accepts (`pw.define_limit`'s checks), or the form's error."""
+
+    class Meta:
+        model = WorkflowLimit
+        fields = ("rate", "burst")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        try:
+            parse_rate(cleaned.get("rate"), burst=cleaned.get("burst", 0))
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from exc
+        return cleaned
+
+
+@admin.register(WorkflowLimit)
+class WorkflowLimitAdmin(admin.ModelAdmin):
+    form = LimitForm
+    list_display = ("name", "rate", "burst", "managed_by", "queued", "next_start")
+    list_filter = ("managed_by",)
+    fields = ("name", "rate", "burst", "managed_by", "queued", "next_start")
+    readonly_fields = ("name", "managed_by", "queued", "next_start")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        mirror_code_limits()
+        return super().changelist_view(request, extra_context)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a limit is defined in code (pw.define_limit); the admin edits its rate
+
+    def save_model(self, request: HttpRequest, obj: WorkflowLimit, form: Any, change: bool) -> None:
+        update_limit(obj.name, rate=obj.rate, burst=obj.burst, by=request.user)
+
+    @admin.display(description="queued by its rate")
+    def queued(self, limit: WorkflowLimit) -> int:
+        return int(self._usage(limit)["queued"])
+
+    @admin.display(description="next start may begin")
+    def next_start(self, limit: WorkflowLimit) -> str:
+        return self._usage(limit)["next_start_at"] or "at once"
+
+    def _usage(self, limit: WorkflowLimit) -> dict[str, Any]:
+        try:
+            return dict(get_limit(limit.name)["usage"])
+        except LimitNotFound:  # mirrored from code that no longer defines it
+            return {"queued": 0, "next_start_at": None}

@@ -1,0 +1,106 @@
+"""Named limits as operators see and edit them: each limit's rate (the code's default, or an
+operator's `WorkflowLimit` row), and its live usage (runs queued on it, when its next start may
+begin)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ...exceptions import LimitNotFound
+from ...flow import parse_rate
+from ...models import WorkflowLimit, WorkflowRate, WorkflowRun
+from ...querysets import DatabaseNow
+from ...registry import registry
+from ...status import RunStatus
+from ...validation import NAME_MAX_LENGTH, checked_text
+from .users import checked_user
+
+
+def list_limits() -> list[dict[str, Any]]:
+    """Every limit defined in code or edited by an operator, by name."""
+    edited = WorkflowLimit.objects.filter(managed_by=WorkflowLimit.ManagedBy.ADMIN)
+    names = set(registry.limits) | set(edited.values_list("name", flat=True))
+    return [get_limit(name) for name in sorted(names)]
+
+
+def mirror_code_limits() -> None:
+    """Write each limit defined in code that no operator edited as a `managed_by="code"` row,
+    so the admin lists it beside the edited ones (the code's rate stays the one that applies)."""
+    edited = WorkflowLimit.objects.filter(managed_by=WorkflowLimit.ManagedBy.ADMIN)
+    taken = set(edited.values_list("name", flat=True))
+    for limit in registry.limits.values():
+        if limit.name not in taken:
+            WorkflowLimit.objects.update_or_create(
+                name=limit.name,
+                defaults={
+                    "rate": limit.rate_text,
+                    "burst": limit.rate.burst,
+                    "managed_by": WorkflowLimit.ManagedBy.CODE,
+                },
+            )
+
+
+def get_limit(name: str) -> dict[str, Any]:
+    """`{name, rate, burst, managed_by, code: {rate, burst} | None, usage: {queued,
+    next_start_at}}`; LimitNotFound for a name neither the code nor an operator defined."""
+    checked_text(name, "A limit name", max_length=NAME_MAX_LENGTH)
+    row = WorkflowLimit.objects.filter(name=name, managed_by=WorkflowLimit.ManagedBy.ADMIN).first()
+    defined = registry.limits.get(name)
+    if row is None and defined is None:
+        raise LimitNotFound(name)
+    code = {"rate": defined.rate_text, "burst": defined.rate.burst} if defined else None
+    rate, burst = (row.rate, row.burst) if row else (defined.rate_text, defined.rate.burst)  # type: ignore[union-attr]
+    return {
+        "name": name,
+        "rate": rate,
+        "burst": burst,
+        "managed_by": WorkflowLimit.ManagedBy.ADMIN if row else WorkflowLimit.ManagedBy.CODE,
+        "code": code,
+        "usage": _usage(name, rate, burst),
+    }
+
+
+def update_limit(
+    name: str, *, rate: str | None = None, burst: int | None = None, by: Any = None
+) -> dict[str, Any]:
+    """Set the limit's rate and/or burst at run time (a `WorkflowLimit` row that later deploys
+    leave alone); InvalidInput for a bad rate or burst, LimitNotFound for an unknown name.
+
+    The next start is spaced by the new rate from a clean slate (the times the old rate had
+    promised ahead are forgotten); runs already queued keep the time they were given."""
+    checked_user(by, "by")
+    current = get_limit(name)
+    new_rate = current["rate"] if rate is None else rate
+    new_burst = current["burst"] if burst is None else burst
+    parse_rate(new_rate, burst=new_burst, what=f"rate of limit {name!r}")
+    with transaction.atomic():
+        WorkflowLimit.objects.update_or_create(
+            name=name,
+            defaults={
+                "rate": new_rate,
+                "burst": new_burst,
+                "managed_by": WorkflowLimit.ManagedBy.ADMIN,
+            },
+        )
+        WorkflowRate.objects.filter(limit_name=name).delete()
+    return get_limit(name)
+
+
+def _usage(name: str, rate: str, burst: int) -> dict[str, Any]:
+    """Runs of the workflows naming the limit that a rate holds queued now, and when the next
+    start may begin (None: at once)."""
+    workflows = [d.name for d in registry.workflows.values() if name in d.limits]
+    queued = WorkflowRun.objects.filter(
+        Q(not_before__gt=DatabaseNow()), workflow__in=workflows, status=RunStatus.QUEUED
+    ).count()
+    tat = WorkflowRate.objects.filter(limit_name=name, key="").values_list("tat", flat=True).first()
+    parsed = parse_rate(rate, burst=burst)
+    next_start = None if tat is None else tat - timedelta(milliseconds=parsed.tolerance_ms)
+    if next_start is not None and next_start <= timezone.now():
+        next_start = None
+    return {"queued": queued, "next_start_at": next_start.isoformat() if next_start else None}

@@ -1,0 +1,35 @@
+-- name: take_rate
+-- GCRA for one start under limit %(limit_name)s, key %(key)s, on the database clock: the rate
+-- is the limit's WorkflowLimit row's when an operator edited it (managed_by %(edited)s), else the code's
+-- (%(count)s per %(period_ms)s ms, burst %(burst)s). The key's theoretical arrival time moves
+-- on by one emission interval from itself or now, whichever is later (its row locked, judged
+-- on its latest version: concurrent starts take turns); returns when this start may begin
+-- (that time less the emission and the burst's tolerance, or now if that has passed).
+WITH edited AS (
+    SELECT split_part(rate, '/', 1)::float8 AS count,
+        CASE split_part(rate, '/', 2)
+            WHEN 's' THEN 1000 WHEN 'm' THEN 60000 WHEN 'h' THEN 3600000 ELSE 86400000
+        END::float8 AS period_ms,
+        burst::float8 AS burst
+    FROM {limit} WHERE name = %(limit_name)s::text AND managed_by = %(edited)s::text
+),
+rate AS (
+    SELECT * FROM edited
+    UNION ALL
+    SELECT %(count)s::float8, %(period_ms)s::float8, %(burst)s::float8
+    WHERE NOT EXISTS (SELECT 1 FROM edited)
+),
+spacing AS (
+    SELECT make_interval(secs => period_ms / count / 1000) AS emission,
+        make_interval(secs => burst * period_ms / count / 1000) AS tolerance
+    FROM rate
+),
+moved AS (
+    INSERT INTO {rate} AS taken (limit_name, key, tat)
+    SELECT %(limit_name)s::text, %(key)s::text, clock_timestamp() + emission FROM spacing
+    ON CONFLICT (limit_name, key) DO UPDATE
+    SET tat = GREATEST(taken.tat, clock_timestamp()) + (SELECT emission FROM spacing)
+    RETURNING taken.tat
+)
+SELECT GREATEST(moved.tat - spacing.emission - spacing.tolerance, clock_timestamp())
+FROM moved, spacing

@@ -1,0 +1,30 @@
+"""Flow control's rules and their arithmetic (pure: no queries): which runs share a
+concurrency key, how many may be active at once, and what a start does when they are; named
+limits and the rates that space their starts (docs/flow-control.md)."""
+
+from __future__ import annotations
+
+from .limits import Limit, checked_limit_names
+from .rates import Rate, parse_rate, schedule_start
+from .rules import (
+    Concurrency,
+    OnFull,
+    Priority,
+    checked_priority,
+    run_concurrency_key,
+    run_priority,
+)
+
+__all__ = [
+    "Concurrency",
+    "Limit",
+    "OnFull",
+    "Priority",
+    "Rate",
+    "checked_limit_names",
+    "checked_priority",
+    "parse_rate",
+    "run_concurrency_key",
+    "run_priority",
+    "schedule_start",
+]

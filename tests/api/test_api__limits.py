@@ -1,0 +1,63 @@
+"""Named limits over HTTP: `GET limits/` with each limit's rate and live usage, and
+`PATCH limits/{name}/`, which sets the rate from the next start on (an operator's edit)."""
+
+from __future__ import annotations
+
+import pytest
+
+import pikku_workflows as pw
+from pikku_workflows.models import WorkflowLimit, WorkflowRun
+from tests.api.conftest import API
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def limited() -> None:
+    pw.define_limit("api_limits.vendor", rate="1/h", burst=0)
+
+    @pw.workflow("api_limits.call", limits=["api_limits.vendor"])
+    def call(wf, input):
+        return input
+
+
+def test_limits__list_each_limit_with_its_rate_and_live_usage(operator_api, limited):
+    pw.start_workflow("api_limits.call", {})
+    pw.start_workflow("api_limits.call", {})
+
+    listed = operator_api.get(API + "limits/").json()
+
+    vendor = next(item for item in listed if item["name"] == "api_limits.vendor")
+    assert vendor["rate"] == "1/h"
+    assert (vendor["burst"], vendor["managed_by"]) == (0, "code")
+    assert vendor["code"] == {"rate": "1/h", "burst": 0}
+    assert vendor["usage"]["queued"] == 1
+    assert vendor["usage"]["next_start_at"] is not None
+
+
+def test_limits__patch_sets_the_rate_the_next_start_takes(make_user, client_for, limited):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+    pw.start_workflow("api_limits.call", {})
+
+    response = editor.patch(API + "limits/api_limits.vendor/", {"rate": "1000/s"}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert (response.json()["rate"], response.json()["managed_by"]) == ("1000/s", "admin")
+    assert WorkflowLimit.objects.get(name="api_limits.vendor").rate == "1000/s"
+    second = pw.start_workflow("api_limits.call", {})
+    assert WorkflowRun.objects.get(pk=second).status == "running"
+
+
+def test_limits__a_bad_rate_is_400_an_unknown_limit_404_and_editing_needs_the_permission(
+    make_user, client_for, operator_api, limited
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    bad = editor.patch(API + "limits/api_limits.vendor/", {"rate": "10/x"}, format="json")
+    unknown = editor.get(API + "limits/nowhere/")
+    forbidden = operator_api.patch(API + "limits/api_limits.vendor/", {"burst": 3}, format="json")
+
+    assert (bad.status_code, bad.json()["code"]) == (400, "INVALID_INPUT")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "LIMIT_NOT_FOUND")
+    assert forbidden.status_code == 403
+    assert not WorkflowLimit.objects.exists()
