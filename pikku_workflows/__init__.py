@@ -41,6 +41,7 @@ from .exceptions import (
     WorkflowNotFound,
 )
 from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
+from .schedules import Schedule, next_fire_times
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
@@ -92,6 +93,7 @@ __all__ = [
     "RunNotFound",
     "RunSuspended",
     "RunTimeout",
+    "Schedule",
     "SignalForbidden",
     "SignalTimeout",
     "StepCall",
@@ -116,6 +118,7 @@ __all__ = [
     "get_run_timeline",
     "graph_workflow",
     "graph_workflow_from_file",
+    "next_fire_times",
     "reassign_approval",
     "reconstruct_run_state",
     "recover",

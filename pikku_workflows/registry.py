@@ -20,6 +20,8 @@ from .durations import parse_duration
 from .exceptions import InvalidInput, StepFunctionNotFound, WorkflowNotFound
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
+from .schedules.declared import Schedule
+from .schedules.spec import ScheduleSpec
 from .step_keys import RESERVED_KEY_CHARACTERS
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
@@ -74,6 +76,8 @@ class WorkflowDefinition:
     # What the body calls that a replay would see differently (read from its source when it
     # registers; `manage.py check` warns of each).
     nondeterminism: tuple[Finding, ...] = ()
+    # The schedules declared with it (`schedule=`), checked when it registered.
+    schedules: tuple[ScheduleSpec, ...] = ()
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -123,6 +127,8 @@ class Registry:
     def __init__(self) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.step_functions: dict[str, StepFunctionDefinition] = {}
+        # Which workflow declared each schedule name (two may not share one).
+        self.schedule_owners: dict[str, str] = {}
         # A body that calls what a replay would see differently is refused, not only warned of
         # (`pikku_workflows.testing.strict_determinism`).
         self.refuse_nondeterminism = False
@@ -134,7 +140,20 @@ class Registry:
             _raise_duplicate(existing, "workflow")
         if definition.name in self.step_functions:
             raise InvalidInput(f"{definition.name!r} is already registered as a step function.")
+        for schedule in definition.schedules:
+            owner = self.schedule_owners.get(schedule.name, definition.name)
+            if owner != definition.name:
+                raise InvalidInput(
+                    f"Schedule {schedule.name!r} is declared by workflows {owner!r} and "
+                    f"{definition.name!r}: give one of them another name=."
+                )
         self.workflows[definition.name] = definition
+        self.schedule_owners.update({spec.name: definition.name for spec in definition.schedules})
+
+    def declared_schedules(self) -> list[ScheduleSpec]:
+        """Every schedule declared in code, by name."""
+        specs = [spec for definition in self.workflows.values() for spec in definition.schedules]
+        return sorted(specs, key=lambda spec: spec.name)
 
     def add_step_function(self, definition: StepFunctionDefinition) -> None:
         _check_name(definition.name, "step function")
@@ -186,10 +205,15 @@ registry = Registry()
 
 
 def workflow(
-    name: str, *, planned_steps: Iterable[str] | None = None
+    name: str,
+    *,
+    planned_steps: Iterable[str] | None = None,
+    schedule: Schedule | Iterable[Schedule] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `func(wf, input)` as the workflow `name`."""
+    """Register `func(wf, input)` as the workflow `name`, with the schedules `schedule` declares
+    (one `pw.Schedule` or several; docs/schedules.md)."""
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
+    schedules = _declared_schedules(name, schedule)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -203,11 +227,32 @@ def workflow(
                 WORKFLOW_KIND_DSL,
                 code_fingerprint(func),
                 nondeterminism=findings,
+                schedules=schedules,
             )
         )
         return func
 
     return register
+
+
+def _declared_schedules(
+    workflow: str, schedule: Schedule | Iterable[Schedule] | None
+) -> tuple[ScheduleSpec, ...]:
+    declared = (
+        [] if schedule is None else [schedule] if isinstance(schedule, Schedule) else list(schedule)
+    )
+    for item in declared:
+        if not isinstance(item, Schedule):
+            raise InvalidInput(
+                f"Workflow {workflow!r}: schedule= takes pw.Schedule values, not {item!r:.60}."
+            )
+    specs = tuple(item.spec(workflow) for item in declared)
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise InvalidInput(
+            f"Workflow {workflow!r} declares two schedules with one name: give each a name=."
+        )
+    return specs
 
 
 def step_function(
