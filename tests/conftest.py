@@ -65,11 +65,14 @@ def isolated_registry() -> Iterator[None]:
     """Workflows a test registers disappear after it; the autodiscovered ones stay."""
     workflows = dict(registry.workflows)
     step_functions = dict(registry.step_functions)
+    schedule_owners = dict(registry.schedule_owners)
     yield
     registry.workflows.clear()
     registry.workflows.update(workflows)
     registry.step_functions.clear()
     registry.step_functions.update(step_functions)
+    registry.schedule_owners.clear()
+    registry.schedule_owners.update(schedule_owners)
 
 
 @pytest.fixture(autouse=True)

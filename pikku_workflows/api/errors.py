@@ -31,6 +31,7 @@ INVALID_INPUT = pw.InvalidInput.code
 STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.WorkflowNotFound: status.HTTP_404_NOT_FOUND,
     pw.RunNotFound: status.HTTP_404_NOT_FOUND,
+    pw.ScheduleNotFound: status.HTTP_404_NOT_FOUND,
     pw.InvalidInput: status.HTTP_400_BAD_REQUEST,
     pw.InvalidTransition: status.HTTP_409_CONFLICT,
     pw.IdempotencyConflict: status.HTTP_409_CONFLICT,

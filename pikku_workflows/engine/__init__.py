@@ -13,6 +13,14 @@ operations, what adapters call:
   record commits.
 - `operations.signals`: `send_signal`: an external event kept for, or handed to, the run's wait.
 - `operations.approval_reads`: an approval as a dict; the approvals a user may decide or see.
+- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
+  (which reports failures to the outage log, `pikku_workflows.outages`).
+- `operations.backfills`: running backfills worked through a batch at a time, at most
+  `max_active` runs of each going.
+- `operations.schedules`: the schedule operations (create, update, delete, read, pause, resume,
+  trigger, backfill) and the upsert of schedules declared in code.
+- `operations.schedule_firing`: due schedules fired by the timer loop: claimed `skip_locked`,
+  one tick row and at most one run per nominal time, the next tick written in the same commit.
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
   statuses), from which the admin, the API and the `pikku` command offer them.
@@ -23,8 +31,6 @@ operations, what adapters call:
   (what live event streams wait on).
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
-- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
-  (which reports failures to the outage log, `pikku_workflows.outages`).
 - `operations.replay_check`: replaying stored histories against the current code, running no
   step (`manage.py pikku_replay_check`).
 - `operations.timers`: due timers (sleeps, retry backoffs, deadlines, reminders) fired and
@@ -79,6 +85,9 @@ store, the tables:
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
+- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail.
+- `store.schedule_transitions`: a schedule paused, resumed or advanced; a backfill's status
+  changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.tables`: the quoted table and column names the statements use.

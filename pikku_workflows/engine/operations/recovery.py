@@ -27,6 +27,8 @@ from ...outages import outages
 from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
+from .backfills import advance_backfills
+from .schedule_firing import fire_due_schedules
 from .timers import dispatch_woken, fire_due_timers
 
 logger = logging.getLogger(__name__)
@@ -73,8 +75,8 @@ backoff = RedispatchBackoff()
 
 def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
-    resume runs whose pass died holding the run lease and runs stalled with nothing in flight.
-    Returns counts by kind."""
+    resume runs whose pass died holding the run lease and runs stalled with nothing in flight,
+    fire due schedules and start the next runs of backfills. Returns counts by kind."""
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
@@ -84,6 +86,8 @@ def recover() -> dict[str, int]:
         "relayed": _redispatch(_undispatched_steps(), relaying) + _resume(_unstarted_runs()),
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
+        "schedules": fire_due_schedules(),
+        "backfills": advance_backfills(),
     }
     if counts["lapsed"] or counts["lapsed_runs"]:
         # A takeover: until the next sweep this worker's passes run nothing in place, so the
@@ -183,7 +187,7 @@ def _resume(rows: list[tuple[Any, Any]]) -> int:
 
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-    """Fire due timers every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
+    """Fire due timers and due schedules every TIMER_POLL_SECONDS and run recovery every RECOVERY_INTERVAL_SECONDS
     until `stop` is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to
     the outage log and the loop goes on (the database may come back)."""
     next_recovery = 0.0
@@ -191,7 +195,7 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
         try:
             if on_tick is not None:
                 on_tick()
-            fired = fire_due_timers()
+            fired = fire_due_timers() + fire_due_schedules()
             if time.monotonic() >= next_recovery:
                 counts = recover()
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS

@@ -2,7 +2,8 @@
 the transitions' statements compose in; here the locks of one known step (a worker's or a
 pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
 batches of due timers and due reminders, an approval being decided, and a run receiving a
-signal, and a run whose gather member settles. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+signal, a run whose gather member settles, and schedules: the timer loop's batches of due
+schedules and running backfills, and one schedule an operator changes. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
 run wherever a transaction waits for both, and a step before its approval (the timer loop
 holds a due step when it reads its approval, so deciders take the step first too).
 
@@ -19,8 +20,15 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from ...control_flow import RunInterrupted
-from ...models import WorkflowApproval, WorkflowRun, WorkflowStep
+from ...models import (
+    WorkflowApproval,
+    WorkflowBackfill,
+    WorkflowRun,
+    WorkflowSchedule,
+    WorkflowStep,
+)
 from ...querysets import DatabaseNow
+from ...schedules.choices import BackfillStatus
 from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
 from .tables import engine_names
@@ -172,3 +180,47 @@ def deadline_passed(approval: WorkflowApproval) -> bool:
     """Whether the approval's deadline had passed by the database clock when
     `lock_approval_txn` read it (the guarded write that settles it judges it again)."""
     return bool(getattr(approval, "deadline_passed", False))
+
+
+def lock_due_schedules_txn(limit: int, workflows: Any) -> list[WorkflowSchedule]:
+    """Inside a transaction: up to `limit` unpaused schedules of these workflows whose
+    `next_fire_at` has passed on the database clock, soonest first, each annotated with
+    `database_now`; rows another transaction holds (another timer loop firing them) are
+    skipped, so each due tick is fired by one loop."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowSchedule.objects.filter(
+            # The partial index pikku_schedule_due serves exactly this predicate.
+            paused=False,
+            next_fire_at__lte=DatabaseNow(),
+            workflow__in=workflows,
+        )
+        .annotate(database_now=DatabaseNow())
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("next_fire_at")[:limit]
+    )
+
+
+def lock_schedule_txn(name: str) -> WorkflowSchedule | None:
+    """Inside a transaction: the schedule `name`, its row locked (a firing timer loop holds it
+    until it commits: an edit, pause or trigger waits for it, then sees the tick), annotated
+    with `database_now`; None when there is no such schedule."""
+    assert transaction.get_connection().in_atomic_block
+    return (
+        WorkflowSchedule.objects.filter(name=name)
+        .annotate(database_now=DatabaseNow())
+        .select_for_update(of=("self",))
+        .first()
+    )
+
+
+def lock_running_backfills_txn(limit: int) -> list[WorkflowBackfill]:
+    """Inside a transaction: up to `limit` running backfills, oldest first, with their
+    schedule read; rows another transaction holds are skipped."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowBackfill.objects.filter(status=BackfillStatus.RUNNING)
+        .select_related("schedule")
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("created_at")[:limit]
+    )

@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import transaction
+
 from ...control_flow import RunInterrupted
 from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
 from ...querysets import DatabaseNow
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
+from .schedule_transitions import pause_for_failed_run
 from .transitions import checked_sources
 
 
@@ -40,6 +43,10 @@ def move_run(
     elif target == RunStatus.RUNNING:
         fields.setdefault("finished_at", None)
     if runs.update(status=target, updated_at=DatabaseNow(), **fields):
+        if target == RunStatus.FAILED:
+            # After the commit, in a transaction of its own: the firing timer loop holds a
+            # schedule before its runs, so this must not hold a run while it waits for one.
+            transaction.on_commit(lambda: pause_for_failed_run(run_id))
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:
