@@ -5,7 +5,8 @@ the step statuses it shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
 the `pikku` command offer them too), the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
-them), and which runs changed since a live event stream last read them."""
+them), which runs changed since a live event stream last read them, and a schedule row as the
+dict `pw.get_schedule` answers (for the list, without reading each row again)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..engine.operations.control import OPERATION_RULES, Rule
 from ..engine.operations.reads import SHOWN_STEP_STATUSES, summarize
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
+from ..engine.operations.schedules import schedule_dict
 
 __all__ = [
     "OPERATION_RULES",
@@ -24,6 +26,7 @@ __all__ = [
     "approval_pk",
     "changed_runs",
     "decidable_by",
+    "schedule_dict",
     "start_run",
     "summarize",
     "visible_to",

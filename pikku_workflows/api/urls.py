@@ -6,6 +6,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from .approvals import ApprovalViewSet
+from .schedules import ScheduleViewSet
 from .schema import RedocView, SchemaView, SwaggerView
 from .views import DefinitionViewSet, RunViewSet
 
@@ -15,6 +16,7 @@ router = SimpleRouter()
 router.register("definitions", DefinitionViewSet, basename="definition")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     *router.urls,
