@@ -19,6 +19,7 @@ from .records import (
     WorkflowVersionAdmin,
 )
 from .runs import WorkflowRunAdmin
+from .schedules import WorkflowScheduleAdmin
 from .start import StartRunAdmin
 from .workers import WorkflowWorkerAdmin
 
@@ -32,6 +33,7 @@ __all__ = [
     "WorkflowAuditEntryAdmin",
     "WorkflowRunAdmin",
     "WorkflowRunInline",
+    "WorkflowScheduleAdmin",
     "WorkflowVersionAdmin",
     "WorkflowWorkerAdmin",
     "format_duration",
