@@ -9,6 +9,7 @@ same commit. A loop killed mid-batch rolls all of it back; another loop fires it
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from ...conf import pikku_settings
+from ...dispatch import enqueue_orchestration_with_run
 from ...models import WorkflowRun, WorkflowSchedule
 from ...registry import registry
 from ...schedules.catch_up import ticks_to_start
@@ -25,6 +27,7 @@ from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ..store import claims, schedule_rows, schedule_transitions
+from ..store.run_rows import create_run_row
 from .control import cancel_run
 from .runs import start_run
 
@@ -101,30 +104,33 @@ class _Firing:
         self.schedule, self.spec, self.now = schedule, spec, now
         self.skipped_in_a_row = schedule.skipped_in_a_row
         self.last_outcome = ""
-        self.active: list[tuple[Any, str]] = list(
-            WorkflowRun.objects.filter(schedule=schedule)
-            .exclude(status__in=TERMINAL_RUN_STATUSES)
-            .values_list("pk", "status")
+        # allow_all starts whatever runs: it needs no read of them.
+        self.active: list[tuple[Any, str]] = (
+            []
+            if spec.overlap == Overlap.ALLOW_ALL
+            else list(
+                WorkflowRun.objects.filter(schedule=schedule)
+                .exclude(status__in=TERMINAL_RUN_STATUSES)
+                .values_list("pk", "status")
+            )
         )
         self.failed_run = _failed_run_to_pause_for(schedule)
 
     def tick(self, nominal: datetime, start: bool) -> None:
         outcome, reason = self._judge(nominal, start)
+        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
         tick = schedule_rows.write_tick_txn(
-            self.schedule, nominal, self.now, outcome, reason=reason
+            self.schedule, nominal, self.now, outcome, reason=reason, run_id=run_id
         )
         if tick is None:
             return  # this nominal time has its tick already (a backfill took it)
         self.last_outcome = outcome
         if outcome == TickOutcome.SKIPPED:
             self.skipped_in_a_row += 1
-        if outcome != TickOutcome.STARTED:
+        if run_id is None:
             return
         self._cancel_others(nominal)
-        run_id = start_scheduled_run(
-            self.schedule, nominal, key=scheduled_run_key(self.schedule.name, nominal)
-        )
-        schedule_rows.set_tick_run(tick, run_id, outcome)
+        start_run_row_txn(self.schedule, nominal, run_id)
         self.active.append((run_id, RunStatus.RUNNING))
         self.skipped_in_a_row = 0
 
@@ -171,6 +177,21 @@ def _failed_run_to_pause_for(schedule: WorkflowSchedule) -> Any:
 def scheduled_run_key(name: str, nominal: datetime) -> str:
     """The idempotency key of the run a tick starts: one run per (schedule, nominal time)."""
     return f"schedule:{name}:{nominal.isoformat()}"
+
+
+def start_run_row_txn(schedule: WorkflowSchedule, nominal: datetime, run_id: Any) -> None:
+    """Inside the firing's transaction: the run of the tick at `nominal` (its input checked when
+    the schedule was defined), and its message in the same commit where the queue allows."""
+    create_run_row(
+        schedule.workflow,
+        schedule.input,
+        inline=False,
+        id=run_id,
+        idempotency_key=scheduled_run_key(schedule.name, nominal),
+        schedule=schedule,
+        scheduled_for=nominal,
+    )
+    enqueue_orchestration_with_run(run_id)
 
 
 def start_scheduled_run(

@@ -27,7 +27,7 @@ from ...models import (
     WorkflowSchedule,
     WorkflowStep,
 )
-from ...querysets import DatabaseNow
+from ...querysets import DatabaseNow, StatementNow
 from ...schedules.choices import BackfillStatus
 from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
@@ -190,12 +190,13 @@ def lock_due_schedules_txn(limit: int, workflows: Any) -> list[WorkflowSchedule]
     assert transaction.get_connection().in_atomic_block
     return list(
         WorkflowSchedule.objects.filter(
-            # The partial index pikku_schedule_due serves exactly this predicate.
+            # The partial index pikku_schedule_due serves exactly this predicate: a range scan
+            # up to the statement's clock, which (unlike clock_timestamp()) it can compare to.
             paused=False,
-            next_fire_at__lte=DatabaseNow(),
+            next_fire_at__lte=StatementNow(),
             workflow__in=workflows,
         )
-        .annotate(database_now=DatabaseNow())
+        .annotate(database_now=StatementNow())
         .select_for_update(skip_locked=True, of=("self",))
         .order_by("next_fire_at")[:limit]
     )

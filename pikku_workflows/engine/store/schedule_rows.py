@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from ...models import WorkflowSchedule, WorkflowScheduleAuditEntry, WorkflowScheduleTick
 from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec, parse_schedule
+from ...sql import Statements, quoted_table
+from .transitions import on_postgresql
 
 ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -82,10 +85,27 @@ def write_tick_txn(
     *,
     reason: str = "",
     backfill: Any = None,
-) -> WorkflowScheduleTick | None:
-    """Inside a transaction: the tick of `schedule` at `nominal_at`, or None when that nominal
-    time has one already (a backfill wrote it, or another firing did): it does not fire again."""
+    run_id: Any = None,
+) -> Any:
+    """Inside a transaction: the id of the new tick of `schedule` at `nominal_at` (with the run
+    `run_id` it starts, inserted later in the same transaction: the key is checked at commit),
+    or None when that nominal time has one already (a backfill wrote it, or another firing
+    did): it does not fire again."""
     assert transaction.get_connection().in_atomic_block
+    if on_postgresql():
+        params = {
+            "schedule_id": schedule.pk,
+            "nominal_at": nominal_at,
+            "fired_at": fired_at,
+            "outcome": outcome,
+            "run_id": run_id,
+            "backfill_id": getattr(backfill, "pk", backfill),
+            "reason": reason,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(STATEMENTS["insert_tick"], params)
+            row = cursor.fetchone()
+        return row[0] if row else None
     try:
         # A savepoint, so a refused duplicate leaves the firing's transaction usable.
         with transaction.atomic():
@@ -96,15 +116,23 @@ def write_tick_txn(
                 outcome=outcome,
                 reason=reason,
                 backfill=backfill,
-            )
+                run_id=run_id,
+            ).pk
     except IntegrityError:
         return None
 
 
-def set_tick_run(tick: WorkflowScheduleTick, run_id: Any, outcome: str, reason: str = "") -> None:
-    WorkflowScheduleTick.objects.filter(pk=tick.pk).update(
+def set_tick_run(tick_id: Any, run_id: Any, outcome: str, reason: str = "") -> None:
+    WorkflowScheduleTick.objects.filter(pk=tick_id).update(
         run_id=run_id, outcome=outcome, reason=reason
     )
+
+
+def schedule_names() -> dict[str, str]:
+    return {"tick": quoted_table(WorkflowScheduleTick)}
+
+
+STATEMENTS = Statements(Path(__file__).with_name("schedule_rows.sql"), names=schedule_names)
 
 
 def audit_schedule(
