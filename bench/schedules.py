@@ -94,33 +94,35 @@ def database_now() -> object:
         return cursor.fetchone()[0]
 
 
-def burst(url: str) -> None:
+def burst(url: str, due: int) -> None:
     import pikku_workflows as pw
     from bench.schedule_workflows import WORKFLOW
-    from pikku_workflows.models import WorkflowScheduleTick
+    from pikku_workflows.models import WorkflowSchedule, WorkflowScheduleTick
 
-    due_at = database_now().replace(microsecond=0) + timedelta(seconds=LEAD_SECONDS + DUE // 150)
+    anchor = database_now().replace(microsecond=0) + timedelta(days=1)
     started = time.monotonic()
-    for index in range(DUE):
-        # Every hour from `due_at`: all due in the same second, then not again for the bench.
+    for index in range(due):
+        # Every hour from the anchor: due once during the bench, at the second set below.
         pw.create_schedule(
-            f"burst-{index:04d}", WORKFLOW, every="1h", start_at=due_at, overlap="allow_all"
+            f"burst-{index:04d}", WORKFLOW, every="1h", start_at=anchor, overlap="allow_all"
         )
-    print(
-        f"created {DUE} schedules in {time.monotonic() - started:.1f} s; all due at {due_at.isoformat()}"
-    )
+    print(f"created {due} schedules in {time.monotonic() - started:.1f} s")
     loops = start_loops(url)
     print(f"{LOOPS} timer loops started (pids {', '.join(str(p.pid) for p in loops)})")
+    due_at = database_now().replace(microsecond=0) + timedelta(seconds=LEAD_SECONDS)
+    # Every schedule anchored at the due second: its next tick is that second.
+    WorkflowSchedule.objects.update(start_at=due_at, next_nominal_at=due_at, next_fire_at=due_at)
+    print(f"all {due} due at {due_at.isoformat()}")
     victim = loops[0]
-    deadline = time.monotonic() + WAIT_SECONDS + LEAD_SECONDS + DUE // 150
+    deadline = time.monotonic() + WAIT_SECONDS + LEAD_SECONDS
     killed_at = None
     while time.monotonic() < deadline:
         fired = WorkflowScheduleTick.objects.filter(nominal_at=due_at).count()
-        if killed_at is None and fired >= DUE // 10:
+        if killed_at is None and fired >= due // 10:
             victim.send_signal(signal.SIGKILL)
             killed_at = fired
             print(f"SIGKILL to loop {victim.pid} with {fired} ticks committed")
-        if fired >= DUE:
+        if fired >= due:
             break
         time.sleep(0.02)
     for loop in loops[1:]:
@@ -143,6 +145,11 @@ def report_burst(due_at: object) -> None:
     runs_per_schedule = runs.values("schedule_id").annotate(n=Count("id"))
     duplicate_runs = sum(row["n"] - 1 for row in runs_per_schedule if row["n"] > 1)
     missing_runs = WorkflowSchedule.objects.count() - runs_per_schedule.count()
+    claims = sorted(
+        (at - due_at).total_seconds() for at in ticks.values_list("fired_at", flat=True)
+    )
+    if claims:
+        print(f"ticks claimed from {claims[0]:.2f} s to {claims[-1]:.2f} s after the due second")
     delays = sorted(
         (created - due_at).total_seconds() for created in runs.values_list("created_at", flat=True)
     )
@@ -203,6 +210,8 @@ def main() -> None:
         "--database", default="postgres://postgres@127.0.0.1:5432/pikku_schedules_bench"
     )
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--due", type=int, default=DUE, help="schedules due in the same second")
+    parser.add_argument("--skip-idle", action="store_true", help="skip the 10,000 idle schedules")
     args = parser.parse_args()
     if args.loop:
         loop_process()
@@ -215,8 +224,9 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=0)
-    burst(args.database)
-    idle(args.database)
+    burst(args.database, args.due)
+    if not args.skip_idle:
+        idle(args.database)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
