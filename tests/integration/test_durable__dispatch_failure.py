@@ -25,7 +25,15 @@ def _queued(through_the_queue: None) -> None:
     """These tests are about the queue path: no step runs in place."""
 
 
-NOTHING = {"timers": 0, "lapsed": 0, "relayed": 0, "lapsed_runs": 0, "stalled": 0}
+NOTHING = {
+    "timers": 0,
+    "lapsed": 0,
+    "relayed": 0,
+    "lapsed_runs": 0,
+    "stalled": 0,
+    "schedules": 0,
+    "backfills": 0,
+}
 
 
 class Broker:

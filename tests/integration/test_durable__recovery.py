@@ -30,7 +30,15 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-NOTHING = {"timers": 0, "lapsed": 0, "relayed": 0, "lapsed_runs": 0, "stalled": 0}
+NOTHING = {
+    "timers": 0,
+    "lapsed": 0,
+    "relayed": 0,
+    "lapsed_runs": 0,
+    "stalled": 0,
+    "schedules": 0,
+    "backfills": 0,
+}
 RELAY_AT_ONCE = {"RELAY_PENDING_AFTER_SECONDS": 0}
 STALLED_AT_ONCE = {"STALLED_RUN_AFTER_SECONDS": 0}
 
