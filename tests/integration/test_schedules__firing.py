@@ -16,7 +16,15 @@ from pikku_workflows.engine.operations.schedule_firing import fire_due_schedules
 from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
 from pikku_workflows.status import RunStatus
 from tests.queue import drain_queue
-from tests.schedules import MINUTE, database_now, make_due, register_report, runs_of, ticks
+from tests.schedules import (
+    MINUTE,
+    database_now,
+    make_due,
+    minute_floor,
+    register_report,
+    runs_of,
+    ticks,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -201,3 +209,20 @@ def test_firing__a_backfilled_nominal_time_does_not_fire_again():
     fire_due_schedules()
     assert ticks(name) == [(nominal, "backfill")]
     assert WorkflowRun.objects.count() == 1
+
+
+def test_firing__a_refused_statement_rolls_its_batch_back_and_the_others_still_fire():
+    from tests.faults import refused
+
+    register_report()
+    for n in range(3):
+        pw.create_schedule(f"s{n}", "report", every="1m", input={"n": n}, overlap="allow_all")
+    nominal = minute_floor(database_now())
+    WorkflowSchedule.objects.update(next_nominal_at=nominal, next_fire_at=nominal)
+    with refused("pikku_workflows_workflowrun", when="NEW.input->>'n' = '1'"):
+        assert fire_due_schedules() == 2
+    # The refused one wrote nothing and is still due; the others fired once, and moved on.
+    assert [name for name in ("s0", "s1", "s2") if ticks(name)] == ["s0", "s2"]
+    assert WorkflowSchedule.objects.get(name="s1").next_nominal_at == nominal
+    assert fire_due_schedules() == 1
+    assert all(len(runs_of(name)) == 1 for name in ("s0", "s1", "s2"))

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration_with_run
 from ...models import WorkflowRun, WorkflowSchedule
+from ...outages import outages
 from ...registry import registry
 from ...schedules.catch_up import ticks_to_start
 from ...schedules.choices import Overlap, TickOutcome
@@ -45,13 +46,36 @@ def fire_due_schedules() -> int:
     fired = 0
     while fired < pikku_settings.SCHEDULE_BATCH:
         limit = min(CLAIM_BATCH, pikku_settings.SCHEDULE_BATCH - fired)
-        with transaction.atomic():
-            due = claims.lock_due_schedules_txn(limit, workflows)
-            for schedule in due:
-                fire_schedule_txn(schedule, schedule.database_now)  # type: ignore[attr-defined]
-        fired += len(due)
-        if len(due) < limit:
+        try:
+            with transaction.atomic():
+                due = claims.lock_due_schedules_txn(limit, workflows)
+                for schedule in due:
+                    fire_schedule_txn(schedule, schedule.database_now)  # type: ignore[attr-defined]
+            count = len(due)
+        except DatabaseError as exc:
+            # The batch rolled back whole; one transaction per schedule lets the others fire
+            # while the one whose statement fails waits for the next tick.
+            outages.failed("firing a batch of due schedules", exc)
+            count = _fire_one_by_one(limit, workflows)
+        fired += count
+        if count < limit:
             return fired
+    return fired
+
+
+def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
+    fired, failed = 0, list[Any]()
+    while fired + len(failed) < limit:
+        try:
+            with transaction.atomic():
+                due = claims.lock_due_schedules_txn(1, workflows, excluded=failed)
+                if not due:
+                    return fired
+                fire_schedule_txn(due[0], due[0].database_now)  # type: ignore[attr-defined]
+            fired += 1
+        except DatabaseError as exc:
+            failed.append(due[0].pk)
+            outages.failed(f"firing schedule {due[0].name!r}", exc)
     return fired
 
 

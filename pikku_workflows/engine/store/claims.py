@@ -182,14 +182,17 @@ def deadline_passed(approval: WorkflowApproval) -> bool:
     return bool(getattr(approval, "deadline_passed", False))
 
 
-def lock_due_schedules_txn(limit: int, workflows: Any) -> list[WorkflowSchedule]:
-    """Inside a transaction: up to `limit` unpaused schedules of these workflows whose
-    `next_fire_at` has passed on the database clock, soonest first, each annotated with
-    `database_now`; rows another transaction holds (another timer loop firing them) are
-    skipped, so each due tick is fired by one loop."""
+def lock_due_schedules_txn(
+    limit: int, workflows: Any, excluded: Any = ()
+) -> list[WorkflowSchedule]:
+    """Inside a transaction: up to `limit` unpaused schedules of these workflows (but not the
+    `excluded` ids) whose `next_fire_at` has passed on the database clock, soonest first, each
+    annotated with `database_now`; rows another transaction holds (another timer loop firing
+    them) are skipped, so each due tick is fired by one loop."""
     assert transaction.get_connection().in_atomic_block
     return list(
-        WorkflowSchedule.objects.filter(
+        WorkflowSchedule.objects.exclude(pk__in=excluded)
+        .filter(
             # The partial index pikku_schedule_due serves exactly this predicate: a range scan
             # up to the statement's clock, which (unlike clock_timestamp()) it can compare to.
             paused=False,
