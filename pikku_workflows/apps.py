@@ -1,8 +1,13 @@
-"""App config: registers the system checks and autodiscovers `workflows` modules (no queries)."""
+"""App config: registers the system checks, autodiscovers `workflows` modules (no queries), and
+upserts the schedules declared in code after `migrate`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models.signals import post_migrate
 
 
 class PikkuWorkflowsConfig(AppConfig):
@@ -17,3 +22,14 @@ class PikkuWorkflowsConfig(AppConfig):
         from .registry import autodiscover
 
         autodiscover(pikku_settings.MODULES)
+        post_migrate.connect(_upsert_declared_schedules, sender=self)
+
+
+def _upsert_declared_schedules(using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    from .engine.operations.schedules import upsert_declared_schedules
+    from .models import WorkflowSchedule
+
+    # A migrate back to before schedules leaves no table to write to.
+    tables = connections[using].introspection.table_names()
+    if using == DEFAULT_DB_ALIAS and WorkflowSchedule._meta.db_table in tables:
+        upsert_declared_schedules()

@@ -52,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     # NON_DETERMINISTIC, or "suspend" it for an operator to fork or cancel.
     "ON_NON_DETERMINISM": "fail",
     "WORKER_HEARTBEAT_SECONDS": 10,
+    # The most schedules one tick of the timer loop fires.
+    "SCHEDULE_BATCH": 500,
+    # The most nominal times one backfill may cover.
+    "BACKFILL_MAX_TICKS": 100_000,
     # The site's address (e.g. "https://ops.example.com"): log lines link to run pages under it.
     "ADMIN_BASE_URL": None,
     # How long ended runs are kept, by status (`{"completed": "30d", "failed": "90d"}`); the

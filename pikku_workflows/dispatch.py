@@ -191,6 +191,16 @@ def enqueue_orchestration(run_id: Any) -> None:
         _enqueue(ORCHESTRATE_TASK, run_id, cluster=cluster)
 
 
+def enqueue_orchestration_with_run(run_id: Any) -> None:
+    """`enqueue_orchestration` for a run inserted in the open transaction: with the queue in the
+    engine's database its message is written in that transaction (the run and its message
+    commit together, in one commit); otherwise after the commit."""
+    if queue_in_engine_database() and transaction.get_connection().in_atomic_block:
+        _enqueue(ORCHESTRATE_TASK, str(run_id), cluster=orchestrator_cluster())
+    else:
+        enqueue_orchestration(run_id)
+
+
 def prompt_orchestration(run_id: Any) -> None:
     """`enqueue_orchestration` for callers whose own work is already recorded (a child that
     ended, a cancel that committed): a refused message is logged, not raised; recovery finds the

@@ -210,6 +210,16 @@ class ApprovalNotFound(WorkflowError):
         super().__init__(f"No approval has the id {approval_id!s}.")
 
 
+class ScheduleNotFound(WorkflowError):
+    """No schedule has that name."""
+
+    code = "SCHEDULE_NOT_FOUND"
+
+    def __init__(self, name: object) -> None:
+        self.name = name
+        super().__init__(f"No schedule is named {name!s}.")
+
+
 class ApprovalResolved(WorkflowError):
     """The approval was already decided."""
 

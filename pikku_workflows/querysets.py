@@ -30,6 +30,14 @@ class DatabaseNow(Now):
         return self.as_sql(compiler, connection, template="CLOCK_TIMESTAMP()", **extra)
 
 
+class StatementNow(Now):
+    """The database's clock when the statement began: stable within it, so an index serves a
+    comparison with it (clock_timestamp() is volatile and makes PostgreSQL test every row)."""
+
+    def as_postgresql(self, compiler: SQLCompiler, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="STATEMENT_TIMESTAMP()", **extra)
+
+
 def database_ago(seconds: float) -> Any:
     """`seconds` before now on the database clock (an expression the query evaluates)."""
     return DatabaseNow() - timedelta(seconds=seconds)

@@ -23,6 +23,8 @@ from .flow.limits import define
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .retention import parse_retention
+from .schedules.declared import Schedule
+from .schedules.spec import ScheduleSpec
 from .step_keys import RESERVED_KEY_CHARACTERS
 from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
@@ -86,6 +88,8 @@ class WorkflowDefinition:
     limits: tuple[str, ...] = ()
     # Seconds its queued runs go ahead of their start time (or `f(input)`).
     priority: Priority = 0
+    # The schedules declared with it (`schedule=`), checked when it registered.
+    schedules: tuple[ScheduleSpec, ...] = ()
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -135,6 +139,8 @@ class Registry:
     def __init__(self) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.step_functions: dict[str, StepFunctionDefinition] = {}
+        # Which workflow declared each schedule name (two may not share one).
+        self.schedule_owners: dict[str, str] = {}
         # A body that calls what a replay would see differently is refused, not only warned of
         # (`pikku_workflows.testing.strict_determinism`).
         self.refuse_nondeterminism = False
@@ -147,7 +153,20 @@ class Registry:
             _raise_duplicate(existing, "workflow")
         if definition.name in self.step_functions:
             raise InvalidInput(f"{definition.name!r} is already registered as a step function.")
+        for schedule in definition.schedules:
+            owner = self.schedule_owners.get(schedule.name, definition.name)
+            if owner != definition.name:
+                raise InvalidInput(
+                    f"Schedule {schedule.name!r} is declared by workflows {owner!r} and "
+                    f"{definition.name!r}: give one of them another name=."
+                )
         self.workflows[definition.name] = definition
+        self.schedule_owners.update({spec.name: definition.name for spec in definition.schedules})
+
+    def declared_schedules(self) -> list[ScheduleSpec]:
+        """Every schedule declared in code, by name."""
+        specs = [spec for definition in self.workflows.values() for spec in definition.schedules]
+        return sorted(specs, key=lambda spec: spec.name)
 
     def add_step_function(self, definition: StepFunctionDefinition) -> None:
         _check_name(definition.name, "step function")
@@ -218,6 +237,7 @@ def workflow(
     concurrency: Concurrency | None = None,
     limits: Iterable[str] = (),
     priority: Priority = 0,
+    schedule: Schedule | Iterable[Schedule] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(wf, input)` as the workflow `name`.
 
@@ -228,11 +248,13 @@ def workflow(
     `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the runs' starts.
     `priority` (whole seconds in -3600..3600, or `f(input)`) moves its queued runs ahead:
     admission order is start time less priority (docs/flow-control.md).
+    `schedule` declares its schedules (one `pw.Schedule` or several; docs/schedules.md).
     """
     limit_names = checked_limit_names(limits, f"Workflow {name!r}")
     priority = checked_priority(priority, name)
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
     kept = parse_retention(retention, what=f"{name!r} retention") if retention is not None else {}
+    schedules = _declared_schedules(name, schedule)
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise InvalidInput(
             f"Workflow {name!r}: concurrency must be a pw.Concurrency(...), "
@@ -255,6 +277,7 @@ def workflow(
                 concurrency=concurrency,
                 limits=limit_names,
                 priority=priority,
+                schedules=schedules,
             )
         )
         return func
@@ -270,6 +293,26 @@ def define_limit(name: str, *, rate: str, burst: int = 0) -> Limit:
     limit = define(name, rate=rate, burst=burst)
     registry.limits[limit.name] = limit
     return limit
+
+
+def _declared_schedules(
+    workflow: str, schedule: Schedule | Iterable[Schedule] | None
+) -> tuple[ScheduleSpec, ...]:
+    declared = (
+        [] if schedule is None else [schedule] if isinstance(schedule, Schedule) else list(schedule)
+    )
+    for item in declared:
+        if not isinstance(item, Schedule):
+            raise InvalidInput(
+                f"Workflow {workflow!r}: schedule= takes pw.Schedule values, not {item!r:.60}."
+            )
+    specs = tuple(item.spec(workflow) for item in declared)
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise InvalidInput(
+            f"Workflow {workflow!r} declares two schedules with one name: give each a name=."
+        )
+    return specs
 
 
 def step_function(

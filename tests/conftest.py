@@ -67,6 +67,7 @@ def isolated_registry() -> Iterator[None]:
     workflows = dict(registry.workflows)
     step_functions = dict(registry.step_functions)
     limits = dict(registry.limits)
+    schedule_owners = dict(registry.schedule_owners)
     yield
     registry.limits.clear()
     registry.limits.update(limits)
@@ -74,6 +75,8 @@ def isolated_registry() -> Iterator[None]:
     registry.workflows.update(workflows)
     registry.step_functions.clear()
     registry.step_functions.update(step_functions)
+    registry.schedule_owners.clear()
+    registry.schedule_owners.update(schedule_owners)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from .records import (
 )
 from .retention import RunHoldsAdmin, WorkflowRunTombstoneAdmin
 from .runs import WorkflowRunAdmin
+from .schedules import WorkflowScheduleAdmin
 from .start import StartRunAdmin
 from .workers import WorkflowWorkerAdmin
 
@@ -37,6 +38,7 @@ __all__ = [
     "WorkflowRunAdmin",
     "WorkflowRunInline",
     "WorkflowRunTombstoneAdmin",
+    "WorkflowScheduleAdmin",
     "WorkflowVersionAdmin",
     "WorkflowWorkerAdmin",
     "format_duration",

@@ -5,8 +5,9 @@ row alone, and the step statuses a summary shows), the
 operations table (each operation's function, permission and accepted statuses, as the admin and
 the `pikku` command offer them too) and the retention holds' permission, the approvals' reads (one approval as a dict from
 prefetched rows, and which approvals a user may decide or see, as the admin's inbox judges
-them), which runs changed since a live event stream last read them, and the timeline events after the
-last one a stream sent."""
+them), which runs changed since a live event stream last read them, the timeline events after the
+last one a stream sent, and a schedule row as the dict `pw.get_schedule` answers (for the list,
+without reading each row again)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..engine.operations.reads import (
 )
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
+from ..engine.operations.schedules import schedule_dict
 
 __all__ = [
     "HOLD",
@@ -40,6 +42,7 @@ __all__ = [
     "last_event_seq",
     "list_limits",
     "list_summary",
+    "schedule_dict",
     "start_run",
     "summarize",
     "timeline_after",

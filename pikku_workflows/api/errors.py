@@ -33,6 +33,7 @@ STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.RunNotFound: status.HTTP_404_NOT_FOUND,
     pw.RunPurged: status.HTTP_410_GONE,
     pw.LimitNotFound: status.HTTP_404_NOT_FOUND,
+    pw.ScheduleNotFound: status.HTTP_404_NOT_FOUND,
     pw.InvalidInput: status.HTTP_400_BAD_REQUEST,
     pw.InvalidTransition: status.HTTP_409_CONFLICT,
     pw.IdempotencyConflict: status.HTTP_409_CONFLICT,

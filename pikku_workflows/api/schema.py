@@ -25,7 +25,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "pikku_workflows API",
     "DESCRIPTION": (
         "Durable workflows for Django: start runs, watch them (timeline, state, live events) "
-        "and operate them; decide their approvals and send them signals. "
+        "and operate them; decide their approvals and send them signals; schedule them. "
         'Every error answers `{"code", "detail"}`; validation errors add `fields`.'
     ),
     "VERSION": API_VERSION,
@@ -36,6 +36,9 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "StepStatusEnum": "pikku_workflows.status.StepStatus",
         "ApprovalStatusEnum": "pikku_workflows.status.ApprovalStatus",
         "ApprovalPolicyEnum": "pikku_workflows.approvals.policy.ApprovalPolicy",
+        "TickOutcomeEnum": "pikku_workflows.schedules.choices.TickOutcome",
+        # A bulk operation's per-run outcome keeps its name beside the ticks' outcome.
+        "OutcomeEnum": ["done", "failed"],
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

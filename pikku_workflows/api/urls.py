@@ -6,6 +6,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from .approvals import ApprovalViewSet
+from .schedules import ScheduleViewSet
 from .schema import RedocView, SchemaView, SwaggerView
 from .views import DefinitionViewSet, LimitViewSet, RunViewSet
 
@@ -16,6 +17,7 @@ router.register("definitions", DefinitionViewSet, basename="definition")
 router.register("runs", RunViewSet, basename="run")
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("limits", LimitViewSet, basename="limit")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     *router.urls,

@@ -13,6 +13,14 @@ operations, what adapters call:
   record commits.
 - `operations.signals`: `send_signal`: an external event kept for, or handed to, the run's wait.
 - `operations.approval_reads`: an approval as a dict; the approvals a user may decide or see.
+- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
+  (which reports failures to the outage log, `pikku_workflows.outages`).
+- `operations.backfills`: running backfills worked through a batch at a time, at most
+  `max_active` runs of each going.
+- `operations.schedules`: the schedule operations (create, update, delete, read, pause, resume,
+  trigger, backfill) and the upsert of schedules declared in code.
+- `operations.schedule_firing`: due schedules fired by the timer loop: claimed `skip_locked`,
+  one tick row and at most one run per nominal time, the next tick written in the same commit.
 - `operations.runs`: start a run (`start_workflow`) and wait for it (`run_to_completion`).
 - `operations.control`: operator actions (cancel, suspend, resume, retry, fork), their audit,
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
@@ -27,8 +35,6 @@ operations, what adapters call:
 - `operations.users`: the users an operation acts for, checked.
 - `operations.step_execution`: the step task's body: claim a queued step, run it, record it,
   continue the run.
-- `operations.recovery`: the sweeps that heal crashes and lost messages, and the timer loop
-  (which reports failures to the outage log, `pikku_workflows.outages`).
 - `operations.replay_check`: replaying stored histories against the current code, running no
   step (`manage.py pikku_replay_check`).
 - `operations.purge`: retention: purging ended runs in short batches (`purge_runs`, and the
@@ -90,6 +96,9 @@ store, the tables:
   (`purge_rows.sql`).
 - `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
   last error code), computed by the database in the write that ends a pass or moves the run.
+- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail.
+- `store.schedule_transitions`: a schedule paused, resumed or advanced; a backfill's status
+  changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot

@@ -32,6 +32,8 @@ NOTHING = {
     "lapsed_runs": 0,
     "stalled": 0,
     "admitted": 0,
+    "schedules": 0,
+    "backfills": 0,
 }
 
 

@@ -37,6 +37,8 @@ NOTHING = {
     "lapsed_runs": 0,
     "stalled": 0,
     "admitted": 0,
+    "schedules": 0,
+    "backfills": 0,
 }
 RELAY_AT_ONCE = {"RELAY_PENDING_AFTER_SECONDS": 0}
 STALLED_AT_ONCE = {"STALLED_RUN_AFTER_SECONDS": 0}

@@ -113,7 +113,7 @@ def test_layout__every_engine_module_is_in_a_layer():
 
 
 def test_layout__the_pure_packages_import_no_database_but_text_choices():
-    for package in ("graph", "approvals", "flow"):
+    for package in ("graph", "approvals", "flow", "schedules"):
         for path in (PACKAGE / package).rglob("*.py"):
             assert not DATABASE_IMPORT.search(path.read_text()), relative(path)
 

@@ -28,7 +28,9 @@ from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
 from ..store.admission_transitions import admit_stranded
+from .backfills import advance_backfills
 from .purge import purge_by_retention
+from .schedule_firing import fire_due_schedules
 from .timers import dispatch_woken, fire_due_timers
 
 logger = logging.getLogger(__name__)
@@ -78,7 +80,8 @@ backoff = RedispatchBackoff()
 def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
     resume runs whose pass died holding the run lease and runs stalled with nothing in flight,
-    and admit queued runs whose key has room. Returns counts by kind."""
+    admit queued runs whose key has room, fire due schedules and start the next runs of
+    backfills. Returns counts by kind."""
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
@@ -89,6 +92,8 @@ def recover() -> dict[str, int]:
         "lapsed_runs": _resume(_lapsed_runs()),
         "stalled": _resume(_stalled_runs()),
         "admitted": admit_stranded(pikku_settings.RECOVERY_BATCH),
+        "schedules": fire_due_schedules(),
+        "backfills": advance_backfills(),
     }
     if counts["lapsed"] or counts["lapsed_runs"]:
         # A takeover: the passes running now run nothing more in place (until the next sweep at
@@ -212,17 +217,17 @@ class RetentionPurges:
 
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-    """Fire due timers every TIMER_POLL_SECONDS, run recovery every RECOVERY_INTERVAL_SECONDS
-    and purge by RETENTION every PURGE_INTERVAL_SECONDS until `stop` is set; `on_tick` runs on
-    every tick (pikku_worker's heartbeat). Errors go to the outage log and the loop goes on (the
-    database may come back)."""
+    """Fire due timers and due schedules every TIMER_POLL_SECONDS, run recovery every
+    RECOVERY_INTERVAL_SECONDS and purge by RETENTION every PURGE_INTERVAL_SECONDS until `stop`
+    is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to the outage log
+    and the loop goes on (the database may come back)."""
     next_recovery = 0.0
     retention = RetentionPurges()
     while not stop.is_set():
         try:
             if on_tick is not None:
                 on_tick()
-            fired = fire_due_timers()
+            fired = fire_due_timers() + fire_due_schedules()
             if time.monotonic() >= next_recovery:
                 counts = recover()
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS

@@ -95,9 +95,11 @@ def start_run(
     started_by: Any = None,
     subject: Any = None,
     scope: str = "",
+    origin: dict[str, Any] | None = None,
 ) -> tuple[str, bool]:
     """`start_workflow`, also saying whether this call created the run (False: the run the
-    idempotency key already named, including when another caller's insert won the race)."""
+    idempotency key already named, including when another caller's insert won the race).
+    `origin` holds the engine's own columns of a new run (`schedule`, `scheduled_for`)."""
     definition = registry.get_workflow(name)
     if definition.graph is not None:
         # Step functions may register after the graph: its names are checked at each start.
@@ -112,6 +114,7 @@ def start_run(
         checked_text(idempotency_key, "The idempotency_key", max_length=KEY_MAX_LENGTH)
     checked_text(scope, "The idempotency scope", max_length=KEY_MAX_LENGTH, allow_empty=True)
     fields = {"started_by": checked_user(started_by, "started_by"), **_subject_fields(subject)}
+    fields.update(origin or {})
     holder = new_lease_holder() if inline else None
     key = IdempotencyKey(name, scope, idempotency_key)
     purged = key.purged_run()

@@ -59,6 +59,11 @@ class Workflow:
     def input(self) -> Any:
         return self._replay.input
 
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """The nominal time of the schedule tick that started this run (None otherwise)."""
+        return self._replay.run.scheduled_for
+
     def do(
         self,
         key: str,

@@ -2,8 +2,9 @@
 the transitions' statements compose in; here the locks of one known step (a worker's or a
 pass's claim of a new attempt), of a running run (its other writers wait), the timer loop's
 batches of due timers and due reminders, an approval being decided, and a run receiving a
-signal, a run whose gather member settles, and the runs a purge takes (with the purger's own
-lock) or a fork copies from. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
+signal, a run whose gather member settles, the runs a purge takes (with the purger's own
+lock) or a fork copies from, and schedules: the timer loop's batches of due schedules and
+running backfills, and one schedule an operator changes. `claims.sql` states the lock order that keeps them from deadlocking: a step before its
 run wherever a transaction waits for both, and a step before its approval (the timer loop
 holds a due step when it reads its approval, so deciders take the step first too).
 
@@ -21,8 +22,16 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from ...control_flow import RunInterrupted
-from ...models import WorkflowApproval, WorkflowRun, WorkflowSlotCount, WorkflowStep
-from ...querysets import DatabaseNow
+from ...models import (
+    WorkflowApproval,
+    WorkflowBackfill,
+    WorkflowRun,
+    WorkflowSchedule,
+    WorkflowSlotCount,
+    WorkflowStep,
+)
+from ...querysets import DatabaseNow, StatementNow
+from ...schedules.choices import BackfillStatus
 from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
 from .tables import engine_names
@@ -264,3 +273,51 @@ def lock_admission_key_txn(rule: str, key: str) -> int:
         cursor.execute(STATEMENTS["lock_admission_key"], {"rule": rule, "key": key})
         (held,) = cursor.fetchone()
         return int(held)
+
+
+def lock_due_schedules_txn(
+    limit: int, workflows: Any, excluded: Any = ()
+) -> list[WorkflowSchedule]:
+    """Inside a transaction: up to `limit` unpaused schedules of these workflows (but not the
+    `excluded` ids) whose `next_fire_at` has passed on the database clock, soonest first, each
+    annotated with `database_now`; rows another transaction holds (another timer loop firing
+    them) are skipped, so each due tick is fired by one loop."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowSchedule.objects.exclude(pk__in=excluded)
+        .filter(
+            # The partial index pikku_schedule_due serves exactly this predicate: a range scan
+            # up to the statement's clock, which (unlike clock_timestamp()) it can compare to.
+            paused=False,
+            next_fire_at__lte=StatementNow(),
+            workflow__in=workflows,
+        )
+        .annotate(database_now=StatementNow())
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("next_fire_at")[:limit]
+    )
+
+
+def lock_schedule_txn(name: str) -> WorkflowSchedule | None:
+    """Inside a transaction: the schedule `name`, its row locked (a firing timer loop holds it
+    until it commits: an edit, pause or trigger waits for it, then sees the tick), annotated
+    with `database_now`; None when there is no such schedule."""
+    assert transaction.get_connection().in_atomic_block
+    return (
+        WorkflowSchedule.objects.filter(name=name)
+        .annotate(database_now=DatabaseNow())
+        .select_for_update(of=("self",))
+        .first()
+    )
+
+
+def lock_running_backfills_txn(limit: int) -> list[WorkflowBackfill]:
+    """Inside a transaction: up to `limit` running backfills, oldest first, with their
+    schedule read; rows another transaction holds are skipped."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowBackfill.objects.filter(status=BackfillStatus.RUNNING)
+        .select_related("schedule")
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("created_at")[:limit]
+    )

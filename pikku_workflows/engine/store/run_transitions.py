@@ -17,6 +17,7 @@ from ...registry import registry
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
 from .admission_transitions import held_slots, lock_keys_txn, release_slots_txn
 from .run_list_fields import KEEP_ERROR, list_field_values
+from .schedule_transitions import pause_for_failed_run
 from .transitions import checked_sources
 
 
@@ -67,6 +68,10 @@ def _move_run(
         fields.setdefault("finished_at", None)
     listed = list_field_values(target, fields.get("error", KEEP_ERROR))
     if runs.update(status=target, updated_at=DatabaseNow(), **listed, **fields):
+        if target == RunStatus.FAILED:
+            # After the commit, in a transaction of its own: the firing timer loop holds a
+            # schedule before its runs, so this must not hold a run while it waits for one.
+            transaction.on_commit(lambda: pause_for_failed_run(run_id))
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:

@@ -7,6 +7,11 @@
     pikku cancel|suspend RUN --reason TEXT --as USERNAME
     pikku resume|retry RUN --as USERNAME [--reason TEXT]
     pikku fork RUN --from-step KEY --as USERNAME [--reason TEXT]
+    pikku schedules list
+    pikku schedules pause|resume NAME --as USERNAME [--note TEXT]
+    pikku schedules trigger NAME --as USERNAME [--force]
+    pikku schedules backfill NAME --start ISO --end ISO --as USERNAME [--reprocess missing|failed|all]
+                             [--max-active N] [--dry-run]
 
 RUN is a run id or its first characters (at least four). Actions are audited as the user named
 by `--as` (required), who needs the action's permission, as in the admin. `--json` prints JSON.
@@ -30,6 +35,7 @@ from ...engine.operations.reads import list_summary
 from ...querysets import RunLevel
 from ...status import RunStatus
 from ...waiting import WaitingKind, waiting_for_a_worker
+from ..schedule_commands import add_schedule_arguments, run_schedule_command
 from ..since import parse_since
 
 DEFAULT_LIMIT = 50
@@ -38,7 +44,9 @@ STOPPED = frozenset({RunStatus.CANCELLED, RunStatus.SUSPENDED})
 
 
 class Command(BaseCommand):
-    help = f"Operate workflow runs: list, show, timeline, {', '.join(OPERATION_RULES)}."
+    help = (
+        f"Operate workflow runs (list, show, timeline, {', '.join(OPERATION_RULES)}) and schedules."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -69,11 +77,17 @@ class Command(BaseCommand):
                 sub.add_argument(f"--{flag.name}", action="store_true", help=flag.help)
         for sub in commands.choices.values():
             sub.add_argument("--json", action="store_true", help="print JSON")
+        add_schedule_arguments(commands)
 
     def handle(self, *args: Any, command: str, **options: Any) -> None:
         rule = OPERATION_RULES.get(command)
         try:
-            result = self._act(rule, **options) if rule else self._read(command, **options)
+            if command == "schedules":
+                result, lines = run_schedule_command(**options)
+                if not options.get("json"):
+                    self.stdout.write("\n".join(lines))
+            else:
+                result = self._act(rule, **options) if rule else self._read(command, **options)
         except pw.WorkflowError as exc:
             raise CommandError(f"{exc} [{exc.code}]") from exc
         if options.get("json"):

@@ -53,6 +53,7 @@ class Command(BaseCommand):
         from django_q.conf import Conf
 
         from pikku_workflows.engine.operations.recovery import run_timer_loop
+        from pikku_workflows.engine.operations.schedules import upsert_declared_schedules
         from pikku_workflows.worker_process import arrange_forked_children, steps_in_flight
         from pikku_workflows.worker_registration import WorkerRegistration, name_worker_processes
 
@@ -71,6 +72,7 @@ class Command(BaseCommand):
         registration = WorkerRegistration(Conf.CLUSTER_NAME, steps_in_flight)
         try:
             _quietly(registration.register)  # else the loop's first heartbeat registers it
+            _quietly(upsert_declared_schedules)  # the schedules this deploy declares
             run_timer_loop(stop, on_tick=registration.beat)
         finally:
             stop_cluster(q_cluster)

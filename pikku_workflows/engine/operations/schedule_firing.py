@@ -1,0 +1,240 @@
+"""Firing due schedules, from the timer loop and `pw.recover()`: exactly once with any number
+of loops (docs/schedules.md, "Firing").
+
+One short transaction per batch: the due rows are claimed `skip_locked` (another loop takes
+the next ones), each due tick gets its unique tick row and at most one run (idempotency key
+`schedule:<name>:<nominal>`), and `next_fire_at` moves past the database clock's now in the
+same commit. A loop killed mid-batch rolls all of it back; another loop fires it again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from ...conf import pikku_settings
+from ...dispatch import enqueue_orchestration_with_run
+from ...models import WorkflowRun, WorkflowSchedule
+from ...outages import outages
+from ...registry import registry
+from ...schedules.catch_up import ticks_to_start
+from ...schedules.choices import Overlap, TickOutcome
+from ...schedules.fire_times import fire_times
+from ...schedules.jitter import jitter_delay
+from ...schedules.spec import ScheduleSpec
+from ...status import TERMINAL_RUN_STATUSES, RunStatus
+from ..store import claims, schedule_rows, schedule_transitions
+from ..store.run_rows import create_run_row
+from .control import cancel_run
+from .runs import start_run
+
+# Schedules claimed per transaction: small, so several loops share a burst of due schedules.
+CLAIM_BATCH = 20
+# The most due ticks one firing judges (an every="1s" schedule paused for a day has 86,400).
+MAX_DUE_TICKS = 1000
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def fire_due_schedules() -> int:
+    """Fire every due schedule this process knows the workflow of, up to SCHEDULE_BATCH; the
+    number of schedules fired."""
+    workflows = list(registry.workflows)
+    fired = 0
+    while fired < pikku_settings.SCHEDULE_BATCH:
+        limit = min(CLAIM_BATCH, pikku_settings.SCHEDULE_BATCH - fired)
+        try:
+            with transaction.atomic():
+                due = claims.lock_due_schedules_txn(limit, workflows)
+                for schedule in due:
+                    fire_schedule_txn(schedule, schedule.database_now)  # type: ignore[attr-defined]
+            count = len(due)
+        except DatabaseError as exc:
+            # The batch rolled back whole; one transaction per schedule lets the others fire
+            # while the one whose statement fails waits for the next tick.
+            outages.failed("firing a batch of due schedules", exc)
+            count = _fire_one_by_one(limit, workflows)
+        fired += count
+        if count < limit:
+            return fired
+    return fired
+
+
+def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
+    fired, failed = 0, list[Any]()
+    while fired + len(failed) < limit:
+        try:
+            with transaction.atomic():
+                due = claims.lock_due_schedules_txn(1, workflows, excluded=failed)
+                if not due:
+                    return fired
+                fire_schedule_txn(due[0], due[0].database_now)  # type: ignore[attr-defined]
+            fired += 1
+        except DatabaseError as exc:
+            failed.append(due[0].pk)
+            outages.failed(f"firing schedule {due[0].name!r}", exc)
+    return fired
+
+
+def fire_schedule_txn(schedule: WorkflowSchedule, now: datetime) -> None:
+    """Inside a transaction holding the schedule's row: record and start its due ticks as the
+    catch-up and overlap rules say, and move it to its next tick after `now`."""
+    assert transaction.get_connection().in_atomic_block
+    spec = schedule_rows.spec_of(schedule)
+    due = list(_due_ticks(schedule, spec, now))
+    window = timedelta(milliseconds=spec.catch_up_window_ms)
+    starts = ticks_to_start(
+        due, now, catch_up=spec.catch_up, window=window, catch_up_max=spec.catch_up_max
+    )
+    firing = _Firing(schedule, spec, now)
+    for nominal, start in zip(due, starts, strict=True):
+        firing.tick(nominal, start)
+    after = max(now, due[-1]) if due else now
+    next_nominal, next_fire = schedule_rows.next_tick(spec, after)
+    schedule_transitions.advance_schedule(
+        schedule.pk,
+        next_nominal_at=next_nominal,
+        next_fire_at=next_fire,
+        last_fired_at=now,
+        last_outcome=firing.last_outcome or schedule.last_outcome,
+        skipped_in_a_row=firing.skipped_in_a_row,
+    )
+
+
+def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> Iterator[datetime]:
+    """The nominal times due by `now` (their jitter passed too), oldest first: from the row's
+    next tick, or from the start of the catch-up window when that is later (older ticks are
+    missed without a row each: a schedule paused for a year writes no year of rows)."""
+    if schedule.next_nominal_at is None:
+        return
+    window = timedelta(milliseconds=spec.catch_up_window_ms)
+    oldest = max(schedule.next_nominal_at, now - window - timedelta(minutes=1))
+    for count, nominal in enumerate(fire_times(spec.rule, oldest - ONE_MICROSECOND)):
+        if (
+            count >= MAX_DUE_TICKS
+            or nominal + jitter_delay(spec.name, nominal, spec.jitter_ms) > now
+        ):
+            return
+        yield nominal
+
+
+class _Firing:
+    """One firing of a schedule: its ticks written in order, its runs started."""
+
+    def __init__(self, schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> None:
+        self.schedule, self.spec, self.now = schedule, spec, now
+        self.skipped_in_a_row = schedule.skipped_in_a_row
+        self.last_outcome = ""
+        # allow_all starts whatever runs: it needs no read of them.
+        self.active: list[tuple[Any, str]] = (
+            []
+            if spec.overlap == Overlap.ALLOW_ALL
+            else list(
+                WorkflowRun.objects.filter(schedule=schedule)
+                .exclude(status__in=TERMINAL_RUN_STATUSES)
+                .values_list("pk", "status")
+            )
+        )
+        self.failed_run = _failed_run_to_pause_for(schedule)
+
+    def tick(self, nominal: datetime, start: bool) -> None:
+        outcome, reason = self._judge(nominal, start)
+        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
+        tick = schedule_rows.write_tick_txn(
+            self.schedule, nominal, self.now, outcome, reason=reason, run_id=run_id
+        )
+        if tick is None:
+            return  # this nominal time has its tick already (a backfill took it)
+        self.last_outcome = outcome
+        if outcome == TickOutcome.SKIPPED:
+            self.skipped_in_a_row += 1
+        if run_id is None:
+            return
+        self._cancel_others(nominal)
+        start_run_row_txn(self.schedule, nominal, run_id)
+        self.active.append((run_id, RunStatus.RUNNING))
+        self.skipped_in_a_row = 0
+
+    def _judge(self, nominal: datetime, start: bool) -> tuple[str, str]:
+        if not start:
+            late = self.now - nominal
+            return TickOutcome.MISSED, (
+                f"{_readable(late)} late (the timer loops were down, or the schedule paused); "
+                f"catch_up={self.spec.catch_up}"
+            )
+        if self.failed_run is not None:
+            return TickOutcome.SKIPPED, f"run {self.failed_run} failed: the schedule pauses"
+        if self.active and self.spec.overlap == Overlap.SKIP:
+            run_id, status = self.active[-1]
+            return TickOutcome.SKIPPED, f"overlap=skip: run {run_id} is still {status}"
+        return TickOutcome.STARTED, ""
+
+    def _cancel_others(self, nominal: datetime) -> None:
+        if self.spec.overlap != Overlap.CANCEL_OTHER:
+            return
+        for run_id, _ in self.active:
+            cancel_run(
+                run_id,
+                reason=f"overlap=cancel_other: the tick at {nominal.isoformat()} replaced it",
+            )
+        self.active.clear()
+
+
+def _failed_run_to_pause_for(schedule: WorkflowSchedule) -> Any:
+    """The failed run a `pause_on_failure` schedule has not paused for yet (its pause is made
+    after the failure commits; a crash in between is caught here), else None."""
+    if not schedule.pause_on_failure:
+        return None
+    latest = WorkflowRun.objects.filter(schedule=schedule).order_by("-created_at")
+    run = latest.values("pk", "status", "finished_at").first()
+    if run is None or run["status"] != RunStatus.FAILED:
+        return None
+    if run["finished_at"] is not None and run["finished_at"] < schedule.updated_at:
+        return None  # failed before the schedule last changed (it was resumed since)
+    schedule_transitions.pause_for_failed_run(run["pk"])
+    return run["pk"]
+
+
+def scheduled_run_key(name: str, nominal: datetime) -> str:
+    """The idempotency key of the run a tick starts: one run per (schedule, nominal time)."""
+    return f"schedule:{name}:{nominal.isoformat()}"
+
+
+def start_run_row_txn(schedule: WorkflowSchedule, nominal: datetime, run_id: Any) -> None:
+    """Inside the firing's transaction: the run of the tick at `nominal` (its input checked when
+    the schedule was defined), and its message in the same commit where the queue allows."""
+    create_run_row(
+        schedule.workflow,
+        schedule.input,
+        inline=False,
+        id=run_id,
+        idempotency_key=scheduled_run_key(schedule.name, nominal),
+        schedule=schedule,
+        scheduled_for=nominal,
+    )
+    enqueue_orchestration_with_run(run_id)
+
+
+def start_scheduled_run(
+    schedule: WorkflowSchedule, nominal: datetime, *, key: str, by: Any = None
+) -> str:
+    run_id, _ = start_run(
+        schedule.workflow,
+        schedule.input,
+        idempotency_key=key,
+        started_by=by,
+        origin={"schedule": schedule, "scheduled_for": nominal},
+    )
+    return run_id
+
+
+def _readable(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
