@@ -54,6 +54,13 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_SECONDS": 10,
     # The site's address (e.g. "https://ops.example.com"): log lines link to run pages under it.
     "ADMIN_BASE_URL": None,
+    # The bearer token a Prometheus scraper sends to `GET metrics/` (staff users need none);
+    # None: staff only.
+    "METRICS_TOKEN": None,
+    # How long one computation of the metrics answers scrapes (0: every scrape queries).
+    "METRICS_CACHE_SECONDS": 10,
+    # Traces of committed work through OpenTelemetry (needs the `[otel]` extra).
+    "OTEL": False,
 }
 
 # The types a setting takes where its default cannot tell (a None default; a callable beside a
@@ -64,6 +71,7 @@ SETTING_TYPES: dict[str, tuple[Any, ...]] = {
     "ORCHESTRATOR_QUEUE": (str, NoneType),
     "RUN_QUERYSET_FILTER": (str, Callable, NoneType),
     "ADMIN_BASE_URL": (str, NoneType),
+    "METRICS_TOKEN": (str, NoneType),
 }
 
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")
