@@ -360,8 +360,8 @@ def claim_queued_step(
     run_id: Any, step_key: str, function_names: Iterable[str]
 ) -> WorkflowStep | None:
     """A worker's claim of a pending or scheduled step of a running run whose function it has:
-    running under a fresh lease, in one statement (PostgreSQL). The step comes back with a
-    `started_by_name` attribute; None when nothing matched (or not on PostgreSQL): the general
+    running under a fresh lease, in one statement (PostgreSQL). The step comes back with
+    `started_by_name` and `workflow_name` attributes; None when nothing matched (or not on PostgreSQL): the general
     claim (`attempts.claim_next_attempt`) decides why."""
     if not on_postgresql():
         return None
