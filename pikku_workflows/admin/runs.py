@@ -30,6 +30,7 @@ from ..step_keys import ENGINE_KEY_MARK
 from ..waiting import WaitingKind
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
+from .dashboard import DashboardAdmin
 from .display import (
     ADMIN_CSS,
     ADMIN_JS,
@@ -184,7 +185,7 @@ class WorkflowRunChangeList(ChangeList):
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
+class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, DashboardAdmin, RunOperationsAdmin):
     # Five columns, two lines in some, so that all of them fit a laptop beside the filters.
     list_display = ("short_id", "status_column", "workflow_column", "started", "now_column")
     list_filter = (
@@ -265,6 +266,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunOperationsAdmin):
             "pikku_worker_warning": warning,
             "pikku_auto_refresh": True,
             "pikku_start_url": self.start_url() if self.has_start_permission(request) else None,
+            "pikku_dashboard_url": self.dashboard_url(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, context)
