@@ -33,6 +33,7 @@ from rest_framework.serializers import Serializer
 import pikku_workflows as pw
 
 from ..models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..observability.tracing import caller_context
 from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import OPERATION_RULES, Rule, start_run, summarize
@@ -184,13 +185,14 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         """Start a run (queued: a worker executes it); `started_by` is you."""
         body = validated(StartRunSerializer, request.data)
         key = body["idempotency_key"]
-        run_id, created = start_run(
-            name,
-            body["input"],
-            idempotency_key=key,
-            started_by=request.user,
-            scope=idempotency_scope(request) if key is not None else "",
-        )
+        with caller_context(request.headers.get("traceparent")):
+            run_id, created = start_run(
+                name,
+                body["input"],
+                idempotency_key=key,
+                started_by=request.user,
+                scope=idempotency_scope(request) if key is not None else "",
+            )
         if not created and not visible_runs(request).filter(pk=run_id).exists():
             # The key names a run this user may not see: saying so would show it.
             raise pw.IdempotencyConflict(name, key)

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from ... import events
 from ...conf import pikku_settings
 from ...models import WorkflowRun, WorkflowVersion
+from ...observability.tracing import caller_traceparent
 from ...registry import registry
 from ...sql import Statements
 from ...status import RunStatus
@@ -52,7 +53,7 @@ def create_run_row(
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
-        **fields,
+        **{"traceparent": caller_traceparent(), **fields},
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():

@@ -10,6 +10,7 @@ from typing import Any
 from ...control_flow import RunInterrupted
 from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
+from ...observability.tracing import export_run_after_commit
 from ...querysets import DatabaseNow
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
 from .transitions import checked_sources
@@ -40,6 +41,8 @@ def move_run(
     elif target == RunStatus.RUNNING:
         fields.setdefault("finished_at", None)
     if runs.update(status=target, updated_at=DatabaseNow(), **fields):
+        if target in TERMINAL_RUN_STATUSES:
+            export_run_after_commit(run_id)
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:

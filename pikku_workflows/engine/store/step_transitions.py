@@ -28,6 +28,7 @@ from ...control_flow import RunInterrupted
 from ...dispatch import QueueMessage, queue_fragments
 from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...observability.tracing import export_attempt_after_commit
 from ...querysets import DatabaseNow, database_in
 from ...sql import Statements
 from ...status import (
@@ -105,6 +106,8 @@ def create_step_in_run(
     step.lease_expires_at, step.wake_at = row
     step._state.adding, step._state.db = False, connection.alias
     note_attempt_end(step, step.created_at if status in ENDED else None)
+    if status in ENDED:
+        export_attempt_after_commit(step.pk, step.attempt)
     return step
 
 
@@ -223,6 +226,8 @@ def _save_new_step_txn(
     )
     history.save(force_insert=True)
     note_attempt_end(step, step.created_at if step.status in ENDED else None)
+    if step.status in ENDED:
+        export_attempt_after_commit(step.pk, step.attempt)
     return step
 
 
@@ -323,6 +328,7 @@ def _mark_recorded(
     for name, value in fields.items():
         setattr(step, name, value)
     note_attempt_end(step, at)
+    export_attempt_after_commit(step.pk, step.attempt)
 
 
 def note_attempt_end(step: WorkflowStep, at: datetime | None) -> None:
@@ -464,6 +470,8 @@ def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) 
     # Only now: if the insert fails the transaction rolls back, and `step` must still match.
     step.attempt = history.attempt
     note_attempt_end(step, at if target in ENDED else None)
+    if target in ENDED:
+        export_attempt_after_commit(step.pk, step.attempt)
 
 
 def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
@@ -474,6 +482,7 @@ def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any])
     WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(**changes)
     if target in ENDED:
         note_attempt_end(step, at)
+        export_attempt_after_commit(step.pk, step.attempt)
 
 
 def _apply(step: WorkflowStep, fields: dict[str, Any]) -> None:
@@ -504,7 +513,8 @@ def end_lapsed_attempt_txn(step: Any, error: dict[str, Any]) -> str | None:
         step_id=step.pk, attempt=step.attempt, status=StepStatus.RUNNING
     )
     worker = attempt.values_list("worker", flat=True).first()
-    attempt.update(status=StepStatus.FAILED, error=error, failed_at=step.lease_expires_at)
+    if attempt.update(status=StepStatus.FAILED, error=error, failed_at=step.lease_expires_at):
+        export_attempt_after_commit(step.pk, step.attempt)
     return worker
 
 
