@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -111,10 +112,29 @@ def caller_context(traceparent: str | None) -> Iterator[None]:
         context.detach(token)
 
 
-def export_attempt_after_commit(step_id: Any, attempt: int) -> None:
-    """Once the write that ended this attempt commits, export its span (read from the rows)."""
-    if tracing_on():
-        transaction.on_commit(lambda: _exported(_attempt_span, step_id, attempt))
+def export_attempt_after_commit(step: Any) -> None:
+    """Once the write that ended the step's attempt commits, export its span: from the values
+    that write recorded, as `step` holds them now, or else read from its history row."""
+    if not tracing_on():
+        return
+    started = getattr(step, "attempt_started_at", None)
+    ended = getattr(step, "ended_at", None)
+    if started is None or ended is None:
+        export_attempt_from_rows_after_commit(step.pk, step.attempt)
+        return
+    attempt = AttemptFacts(
+        run_id=step.run_id,
+        step_key=step.step_key,
+        attempt=step.attempt,
+        kind=step.kind,
+        function_name=step.function_name,
+        dispatch=getattr(step, "attempt_dispatch", None),
+        worker=None,
+        error=step.error if step.status == "failed" else None,
+        started=started,
+        ended=ended,
+    )
+    transaction.on_commit(lambda: _exported(_attempt_span, attempt))
 
 
 def export_run_after_commit(run_id: Any) -> None:
@@ -146,7 +166,72 @@ def _nanoseconds(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1_000_000_000)
 
 
-def _attempt_span(step_id: Any, attempt: int) -> Any:
+def export_attempt_from_rows_after_commit(step_id: Any, attempt: int) -> None:
+    """As `export_attempt_after_commit`, the span read from the attempt's history row (an
+    attempt ended by another process's write: its lease lapsed)."""
+    if tracing_on():
+        transaction.on_commit(lambda: _exported(_attempt_span_from_rows, step_id, attempt))
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What an attempt's span says, as its rows record it."""
+
+    run_id: Any
+    step_key: str
+    attempt: int
+    kind: str
+    function_name: str | None
+    dispatch: str | None
+    worker: str | None
+    error: dict[str, Any] | None
+    started: datetime | None
+    ended: datetime | None
+
+
+# The workflow and traceparent of the runs this process traced lately: neither ever changes.
+_run_facts: dict[str, tuple[str, str | None]] = {}
+RUN_FACTS_KEPT = 10_000
+
+
+def _facts_of_run(run_id: Any) -> tuple[str, str | None]:
+    from ..models import WorkflowRun
+
+    key = str(run_id)
+    if key not in _run_facts:
+        if len(_run_facts) >= RUN_FACTS_KEPT:
+            _run_facts.clear()
+        row = WorkflowRun.objects.filter(pk=run_id).values_list("workflow", "traceparent").first()
+        _run_facts[key] = row if row is not None else ("", None)
+    return _run_facts[key]
+
+
+def _attempt_span(facts: AttemptFacts) -> Any:
+    workflow, traceparent = _facts_of_run(facts.run_id)
+    attributes = {
+        "pikku.run_id": str(facts.run_id),
+        "pikku.workflow": workflow,
+        "pikku.step_key": facts.step_key,
+        "pikku.step_kind": facts.kind,
+        "pikku.attempt": facts.attempt,
+        "code.function.name": facts.function_name or "",
+        "pikku.dispatch": facts.dispatch or "",
+    }
+    if facts.worker:
+        attributes["host.name"] = facts.worker.rpartition(":")[0]
+    return _span(
+        f"step {facts.step_key}",
+        trace_id_of(facts.run_id, traceparent),
+        attempt_span_id(facts.run_id, facts.step_key, facts.attempt),
+        run_span_id(facts.run_id),
+        start=facts.started,
+        end=facts.ended,
+        attributes=attributes,
+        error=facts.error,
+    )
+
+
+def _attempt_span_from_rows(step_id: Any, attempt: int) -> Any:
     from ..models import WorkflowStepHistory
 
     row = (
@@ -164,35 +249,24 @@ def _attempt_span(step_id: Any, attempt: int) -> Any:
             "step__function_name",
             "step__kind",
             "step__run_id",
-            "step__run__workflow",
-            "step__run__traceparent",
         )
         .first()
     )
     if row is None:
         return None
-    run_id, step_key = row["step__run_id"], row["step__step_key"]
-    trace_id = trace_id_of(run_id, row["step__run__traceparent"])
-    attributes = {
-        "pikku.run_id": str(run_id),
-        "pikku.workflow": row["step__run__workflow"],
-        "pikku.step_key": step_key,
-        "pikku.step_kind": row["step__kind"],
-        "pikku.attempt": attempt,
-        "code.function.name": row["step__function_name"] or "",
-        "pikku.dispatch": row["dispatch"] or "",
-    }
-    if row["worker"]:
-        attributes["host.name"] = row["worker"].rpartition(":")[0]
-    return _span(
-        f"step {step_key}",
-        trace_id,
-        attempt_span_id(run_id, step_key, attempt),
-        run_span_id(run_id),
-        start=row["running_at"] or row["created_at"],
-        end=row["succeeded_at"] or row["failed_at"],
-        attributes=attributes,
-        error=row["error"],
+    return _attempt_span(
+        AttemptFacts(
+            run_id=row["step__run_id"],
+            step_key=row["step__step_key"],
+            attempt=attempt,
+            kind=row["step__kind"],
+            function_name=row["step__function_name"],
+            dispatch=row["dispatch"],
+            worker=row["worker"],
+            error=row["error"] if row["status"] == "failed" else None,
+            started=row["running_at"] or row["created_at"],
+            ended=row["succeeded_at"] or row["failed_at"],
+        )
     )
 
 
