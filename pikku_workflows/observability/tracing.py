@@ -9,6 +9,7 @@ the exporter of its choice: OTLP, console, in-memory)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import transaction
@@ -29,13 +31,28 @@ TRACER_NAME = "pikku_workflows"
 
 def tracing_on() -> bool:
     """`OTEL` is true and the OpenTelemetry SDK is installed."""
-    if not pikku_settings.OTEL:
-        return False
+    return bool(pikku_settings.OTEL) and _sdk() is not None
+
+
+@functools.cache
+def _sdk() -> SimpleNamespace | None:
+    """What building a span takes from OpenTelemetry, imported once (None: not installed)."""
     try:
-        import opentelemetry.sdk.trace  # noqa: F401
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.trace.status import Status, StatusCode
     except ImportError:
-        return False
-    return True
+        return None
+    return SimpleNamespace(
+        trace=trace,
+        ReadableSpan=ReadableSpan,
+        scope=InstrumentationScope(TRACER_NAME),
+        sampled=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        Status=Status,
+        StatusCode=StatusCode,
+        unset=Status(StatusCode.UNSET),
+    )
 
 
 def _span_id(*parts: Any) -> int:
@@ -70,7 +87,9 @@ def format_traceparent(trace_id: int, span_id: int) -> str:
 def trace_id_of(run_id: Any, traceparent: str | None) -> int:
     """The run's trace: its traceparent's, else one of its own (its id's 128 bits)."""
     parsed = parse_traceparent(traceparent)
-    return parsed[0] if parsed else uuid.UUID(str(run_id)).int
+    if parsed:
+        return parsed[0]
+    return run_id.int if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id)).int
 
 
 def caller_traceparent() -> str | None:
@@ -155,11 +174,11 @@ def _exported(build: Any, *args: Any) -> None:
 
 
 def _span_processor() -> Any:
-    from opentelemetry import trace
-
+    sdk = _sdk()
+    assert sdk is not None, "spans are exported only with tracing on"
     # The SDK's provider hands ended spans to its processors (their exporters) this way; the
     # API's no-op provider has none.
-    return getattr(trace.get_tracer_provider(), "_active_span_processor", None)
+    return getattr(sdk.trace.get_tracer_provider(), "_active_span_processor", None)
 
 
 def _nanoseconds(moment: datetime | None) -> int | None:
@@ -309,31 +328,28 @@ def _span(
     attributes: dict[str, Any],
     error: dict[str, Any] | None,
 ) -> Any:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import SpanContext, TraceFlags
-    from opentelemetry.trace.status import Status, StatusCode
-
-    flags = TraceFlags(TraceFlags.SAMPLED)
+    sdk = _sdk()
+    assert sdk is not None, "spans are built only with tracing on"
+    trace = sdk.trace
+    flags = sdk.sampled
     parent = (
         None
         if parent_span_id is None
-        else SpanContext(trace_id, parent_span_id, is_remote=True, trace_flags=flags)
+        else trace.SpanContext(trace_id, parent_span_id, is_remote=True, trace_flags=flags)
     )
-    status = Status(StatusCode.UNSET)
+    status = sdk.unset
     if error:
         attributes["error.type"] = str(error.get("code") or error.get("type") or "error")
-        status = Status(StatusCode.ERROR, str(error.get("message", ""))[:500])
+        status = sdk.Status(sdk.StatusCode.ERROR, str(error.get("message", ""))[:500])
     provider = trace.get_tracer_provider()
-    return ReadableSpan(
+    return sdk.ReadableSpan(
         name,
-        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
+        context=trace.SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
         parent=parent,
         resource=getattr(provider, "resource", None),
         attributes=attributes,
         kind=trace.SpanKind.INTERNAL,
-        instrumentation_scope=InstrumentationScope(TRACER_NAME),
+        instrumentation_scope=sdk.scope,
         status=status,
         start_time=_nanoseconds(start),
         end_time=_nanoseconds(end),
