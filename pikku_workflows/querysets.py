@@ -3,6 +3,8 @@ HTTP API's filters."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 import uuid
 from collections.abc import Callable
@@ -77,29 +79,40 @@ def _steps() -> WorkflowStepQuerySet:
     return WorkflowStep.objects.all()
 
 
+# The steps each kind of `waiting.WaitingKind` that names a step waits on, in its order.
+WAITING_STEPS: dict[str, Callable[[], WorkflowStepQuerySet]] = {
+    WaitingKind.STEP: lambda: _steps().busy(),
+    WaitingKind.TIMER: lambda: _steps().sleeping(),
+    WaitingKind.RETRY: lambda: _steps().retrying().filter(wake_at__isnull=False),
+    WaitingKind.CHILD: lambda: _steps().awaiting_child(),
+    WaitingKind.LEASE: lambda: _steps().lease_lapsed(),
+    WaitingKind.APPROVAL: lambda: _steps().awaiting_approval(),
+    WaitingKind.SIGNAL: lambda: _steps().awaiting_signal(),
+}
+
+
+def _runs_waiting_on(kind: str) -> Callable[[], models.Q]:
+    return lambda: runs_with_step(WAITING_STEPS[kind]())
+
+
 # The runs waiting on each kind of `waiting.WaitingKind`, in its order. A run matches a kind
 # when *any* of its steps does (a fan-out can wait on a timer and a child at once), while the
 # summary names the newest step in flight.
 WAITING_KINDS: dict[str, Callable[[], models.Q]] = {
-    WaitingKind.STEP: lambda: runs_with_step(_steps().busy()),
-    WaitingKind.TIMER: lambda: runs_with_step(_steps().sleeping()),
-    WaitingKind.RETRY: lambda: runs_with_step(_steps().retrying().filter(wake_at__isnull=False)),
-    WaitingKind.CHILD: lambda: runs_with_step(_steps().awaiting_child()),
-    WaitingKind.LEASE: lambda: runs_with_step(_steps().lease_lapsed()),
-    WaitingKind.APPROVAL: lambda: runs_with_step(_steps().awaiting_approval()),
-    WaitingKind.SIGNAL: lambda: runs_with_step(_steps().awaiting_signal()),
+    **{kind: _runs_waiting_on(kind) for kind in WAITING_STEPS},
     WaitingKind.SUSPEND: lambda: models.Q(status=RunStatus.SUSPENDED),
     WaitingKind.PASS: lambda: _waiting_for_a_pass(),
 }
 
 
 def _waiting_for_a_pass() -> models.Q:
-    """Running runs waiting on none of the step kinds: their next pass is all they wait for."""
-    on_a_step = models.Q(pk__in=[])
-    for kind, predicate in WAITING_KINDS.items():
-        if kind not in (WaitingKind.SUSPEND, WaitingKind.PASS):
-            on_a_step |= predicate()
-    return models.Q(status=RunStatus.RUNNING) & ~on_a_step
+    """Running runs waiting on none of the step kinds: their next pass is all they wait for.
+    One EXISTS over the union of the kinds' steps (not one per kind: that costs seconds at a
+    million runs)."""
+    on_a_step = functools.reduce(operator.or_, (steps() for steps in WAITING_STEPS.values()))
+    return models.Q(status=RunStatus.RUNNING) & ~models.Q(
+        models.Exists(on_a_step.filter(run_id=models.OuterRef("pk")))
+    )
 
 
 def waiting_on_q(kind: str) -> models.Q:
