@@ -468,6 +468,9 @@ def move_step_txn(
         _stamp_attempt_txn(step, target, outcome)
     step.status = target
     _apply(step, fields)
+    if target in ENDED:
+        # After `_apply`: the span says what was written (the error of a failed attempt).
+        export_attempt_after_commit(step)
     if target == StepStatus.FAILED:
         events.announce_attempt_failed(step)
     return True
@@ -485,8 +488,6 @@ def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) 
     # Only now: if the insert fails the transaction rolls back, and `step` must still match.
     step.attempt = history.attempt
     note_attempt_end(step, at if target in ENDED else None)
-    if target in ENDED:
-        export_attempt_after_commit(step)
 
 
 def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
@@ -498,7 +499,6 @@ def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any])
     WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(**changes)
     if target in ENDED:
         note_attempt_end(step, at)
-        export_attempt_after_commit(step)
 
 
 def _apply(step: WorkflowStep, fields: dict[str, Any]) -> None:
