@@ -430,6 +430,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--large-runs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5, help="A/B rounds per K (max: runs)")
     parser.add_argument("--no-dbos", action="store_true", help="run pikku's half only")
+    parser.add_argument(
+        "--otel", action="store_true", help="pikku traces its work (in-memory span exporter)"
+    )
     return parser.parse_args()
 
 
@@ -440,6 +443,15 @@ def main() -> None:
     print(f"python {sys.version.split()[0]} · {sys.executable}")
     print(f"load average at start: {load_average()}")
     print(f"pikku_workflows on {pikku_url} (recreated)")
+    if args.otel:
+        sys.path.insert(0, str(ROOT))
+        from bench.otel import install_in_memory_exporter
+
+        install_in_memory_exporter()
+        print(
+            "tracing: engine `otel` is pikku with OTEL on (in-memory span exporter), "
+            "alternating with `pikku` (OTEL off)"
+        )
     recreate_database(args.server, args.pikku_db)
     run_pikku = setup_pikku(pikku_url)
     import django
@@ -475,6 +487,10 @@ def main() -> None:
         print(f"DBOS half SKIPPED: {skipped}")
 
     engines: dict[str, Callable[[int], float]] = {"pikku": run_pikku}
+    if args.otel:
+        from bench.otel import traced
+
+        engines["otel"] = traced(run_pikku)
     if dbos is not None:
         engines["dbos"] = dbos.run
 
@@ -508,6 +524,14 @@ def main() -> None:
         print_flatness(results, series)
 
         print(f"load average after timing: {load_average()}")
+        if args.otel:
+            from bench.otel import spans_exported
+
+            print(f"spans exported by `otel` (in memory): {spans_exported()}")
+            print("Tracing's cost, `otel` steps/s ÷ `pikku` steps/s (interleaved):")
+            for k, by_engine in results.items():
+                ratio = by_engine["otel"]["steps_per_s"] / by_engine["pikku"]["steps_per_s"]
+                print(f"  K={k:<5} {ratio:.3f} ({(1 - ratio) * 100:+.1f} % cost)")
         print()
         if dbos is not None:
             print("Ratio pikku steps/s ÷ DBOS steps/s:")

@@ -522,6 +522,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--growth-ks", default="10,100,1000", help="K of the sequential runs")
     parser.add_argument("--fairness-long-k", type=int, default=2000, help="0: no fairness mode")
     parser.add_argument("--no-dbos", action="store_true", help="run pikku's half only")
+    parser.add_argument(
+        "--otel", action="store_true", help="pikku traces its work (in-memory span exporter)"
+    )
     parser.add_argument("--dbos-worker", nargs=2, metavar=("URL", "INDEX"), help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -579,6 +582,12 @@ def main() -> None:
     workers_list = [int(w) for w in args.workers.split(",") if w]
     print(f"python {sys.version.split()[0]} · {sys.executable}")
     print(f"load average at start: {load_average()}")
+    if args.otel:
+        sys.path.insert(0, str(ROOT))
+        from bench.otel import switch_tracing_on
+
+        switch_tracing_on()
+    print(f"tracing: {'on (in-memory span exporter)' if args.otel else 'off'}")
     recreate_database(args.server, args.pikku_db)
     setup_pikku(database_url(args.server, args.pikku_db))
     import django

@@ -4,6 +4,10 @@ through PIKKU_EXTRA_WORKFLOW_MODULES=bench.queued_workflows)."""
 from __future__ import annotations
 
 import pikku_workflows as pw
+from bench.otel import install_in_memory_exporter, tracing_requested
+
+if tracing_requested():  # `bench/queued.py --otel`: this worker traces what it commits
+    install_in_memory_exporter()
 
 WORKFLOW = "bench.queued"
 STEP = "bench.queued_noop"

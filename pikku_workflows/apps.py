@@ -19,9 +19,11 @@ class PikkuWorkflowsConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
         from .conf import pikku_settings
+        from .observability.log_context import install_run_context_filter
         from .registry import autodiscover
 
         autodiscover(pikku_settings.MODULES)
+        install_run_context_filter()
         post_migrate.connect(_upsert_declared_schedules, sender=self)
 
 

@@ -67,6 +67,13 @@ DEFAULTS: dict[str, Any] = {
     "PURGE_INTERVAL_SECONDS": 60,
     # How long a purged run's tombstone answers for it (its idempotency key, RunPurged).
     "TOMBSTONE_DAYS": 90,
+    # The bearer token a Prometheus scraper sends to `GET metrics/` (staff users need none);
+    # None: staff only.
+    "METRICS_TOKEN": None,
+    # How long one computation of the metrics answers scrapes (0: every scrape queries).
+    "METRICS_CACHE_SECONDS": 10,
+    # Traces of committed work through OpenTelemetry (needs the `[otel]` extra).
+    "OTEL": False,
 }
 
 # The types a setting takes where its default cannot tell (a None default; a callable beside a
@@ -78,6 +85,7 @@ SETTING_TYPES: dict[str, tuple[Any, ...]] = {
     "RUN_QUERYSET_FILTER": (str, Callable, NoneType),
     "ADMIN_BASE_URL": (str, NoneType),
     "RETENTION": (dict, NoneType),
+    "METRICS_TOKEN": (str, NoneType),
 }
 
 ON_NON_DETERMINISM_CHOICES = ("fail", "suspend")

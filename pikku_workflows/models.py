@@ -116,6 +116,9 @@ class WorkflowRun(models.Model):
         "WorkflowSchedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     scheduled_for = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context the run's spans belong under: its caller's at start, or for a
+    # child run its parent's step attempt (docs/observability.md, "Traces").
+    traceparent = models.CharField(max_length=55, null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

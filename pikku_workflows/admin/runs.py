@@ -29,6 +29,7 @@ from ..waiting import WaitingKind
 from .actions import RunOperationsAdmin
 from .approvals import APPROVALS_CSS
 from .big_lists import EstimatedCountPaginator
+from .dashboard import DashboardAdmin
 from .display import (
     ADMIN_CSS,
     ADMIN_JS,
@@ -189,7 +190,9 @@ class WorkflowRunChangeList(ChangeList):
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOperationsAdmin):
+class WorkflowRunAdmin(
+    ReadOnlyAdminMixin, StartRunAdmin, DashboardAdmin, RunHoldsAdmin, RunOperationsAdmin
+):
     # The list never counts the whole table: exact up to 10,000 runs, estimated past it, and no
     # facet counts beside the filters (big_lists).
     paginator = EstimatedCountPaginator
@@ -264,6 +267,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, StartRunAdmin, RunHoldsAdmin, RunOper
             "pikku_worker_warning": warning,
             "pikku_auto_refresh": True,
             "pikku_start_url": self.start_url() if self.has_start_permission(request) else None,
+            "pikku_dashboard_url": self.dashboard_url(),
             **(extra_context or {}),
         }
         return super().changelist_view(request, context)

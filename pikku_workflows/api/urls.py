@@ -6,6 +6,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from .approvals import ApprovalViewSet
+from .metrics import MetricsView
 from .schedules import ScheduleViewSet
 from .schema import RedocView, SchemaView, SwaggerView
 from .views import DefinitionViewSet, LimitViewSet, RunViewSet
@@ -21,6 +22,7 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     *router.urls,
+    path("metrics/", MetricsView.as_view(), name="metrics"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("schema/swagger/", SwaggerView.as_view(), name="swagger"),
     path("schema/redoc/", RedocView.as_view(), name="redoc"),

@@ -33,6 +33,7 @@ from rest_framework.serializers import Serializer
 import pikku_workflows as pw
 
 from ..models import WorkflowLimit, WorkflowRun
+from ..observability.tracing import caller_context
 from ..registry import WorkflowDefinition, registry
 from . import bulk
 from .engine_internals import (
@@ -179,13 +180,14 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         """Start a run (queued: a worker executes it); `started_by` is you."""
         body = validated(StartRunSerializer, request.data)
         key = body["idempotency_key"]
-        run_id, created = start_run(
-            name,
-            body["input"],
-            idempotency_key=key,
-            started_by=request.user,
-            scope=idempotency_scope(request) if key is not None else "",
-        )
+        with caller_context(request.headers.get("traceparent")):
+            run_id, created = start_run(
+                name,
+                body["input"],
+                idempotency_key=key,
+                started_by=request.user,
+                scope=idempotency_scope(request) if key is not None else "",
+            )
         if not created and not visible_runs(request).filter(pk=run_id).exists():
             if purged_run_visible(request, run_id):
                 raise pw.RunPurged(run_id)

@@ -25,7 +25,8 @@ from ...exceptions import (
     StepSuperseded,
     WorkflowDispatchException,
 )
-from ...models import WorkflowStep
+from ...models import WorkflowRun, WorkflowStep
+from ...observability.log_context import logging_for_run
 from ...outages import outages
 from ...registry import registry
 from ...retry import RetryPolicy
@@ -71,6 +72,20 @@ def _execute(run_id: Any, step_key: str) -> None:
         step, started_by = _claim_with_checks(run_id, step_key)
         if step is None:
             return
+    with logging_for_run(run_id, _workflow_of(step)):
+        _run_attempt(run_id, step, started_by)
+
+
+def _workflow_of(step: WorkflowStep) -> str | None:
+    """The workflow of the step's run: from the one-statement claim, else read."""
+    name = getattr(step, "workflow_name", None)
+    if name is None:
+        name = WorkflowRun.objects.filter(pk=step.run_id).values_list("workflow", flat=True).first()
+    return name
+
+
+def _run_attempt(run_id: Any, step: WorkflowStep, started_by: str | None) -> None:
+    step_key = step.step_key
     definition = registry.get_step_function(step.function_name or "")
     args = (step.data, step_context(step, started_by))
     policy = RetryPolicy.from_stored(step.retries, step.retry_delay)

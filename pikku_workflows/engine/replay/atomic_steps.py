@@ -17,6 +17,7 @@ from django.db import DataError, transaction
 from ...control_flow import TimeLimitAlarm
 from ...exceptions import InvalidTransition, StepSuperseded, StepTimedOut
 from ...models import WorkflowStep
+from ...observability.log_context import logging_for_attempt
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ..store.leases import heartbeat
 from .attempts import Outcome, record_success, time_limit, unstorable_error
@@ -40,7 +41,10 @@ def call_atomically(
     heartbeat.hold_step(step.pk, step.attempt)
     try:
         with transaction.atomic():
-            with time_limit(step.timeout_ms):
+            with (
+                logging_for_attempt(step.run_id, step.step_key, step.attempt),
+                time_limit(step.timeout_ms),
+            ):
                 value = func(*args)
             try:
                 result = round_trip(value)

@@ -28,6 +28,7 @@ from ...exceptions import (
     StepTimedOut,
 )
 from ...models import WorkflowRun, WorkflowStep
+from ...observability.log_context import logging_for_attempt
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import StepDispatch, StepStatus
@@ -201,7 +202,10 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     stopped at the step's timeout; the result comes back as its JSON round trip."""
     heartbeat.hold_step(step.pk, step.attempt)
     try:
-        with time_limit(step.timeout_ms):
+        with (
+            logging_for_attempt(step.run_id, step.step_key, step.attempt),
+            time_limit(step.timeout_ms),
+        ):
             value = func(*args)
     except TimeLimitAlarm:
         error = StepTimedOut(step.step_key, step.timeout_ms or 0)

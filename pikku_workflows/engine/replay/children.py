@@ -16,6 +16,7 @@ from ...control_flow import RunParked
 from ...dispatch import enqueue_orchestration, prompt_orchestration
 from ...exceptions import ChildRunCancelled, ChildRunFailed, InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep
+from ...observability.tracing import child_traceparent
 from ...querysets import database_in
 from ...retry import RetryPolicy
 from ...serialization import describe_error
@@ -41,6 +42,10 @@ def launch_next(rp: ReplayPass, step: WorkflowStep, policy: RetryPolicy) -> Work
             started_by_id=rp.run.started_by_id,
             parent_run_id=rp.run.pk,
             parent_step_id=step.pk,
+            # Under the span of the attempt that starts it: the next one after a failed child.
+            traceparent=child_traceparent(
+                rp.run, step.step_key, step.attempt + (source == StepStatus.FAILED)
+            ),
         )
         moved = move_step_txn(
             step,

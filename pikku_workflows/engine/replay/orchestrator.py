@@ -33,6 +33,7 @@ from ...exceptions import (
     WorkflowNotDeployed,
 )
 from ...models import WorkflowRun, WorkflowStep
+from ...observability.log_context import logging_for_run
 from ...registry import registry
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import Compensation, RunStatus
@@ -86,7 +87,7 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
     heartbeat.hold_run(run.pk, holder)
     ended = False
     try:
-        with driving(run.pk):
+        with driving(run.pk), logging_for_run(run.pk, run.workflow):
             while True:
                 ended_now, released = _replay(run, holder, inline_caller, known_steps)
                 ended = ended_now or ended

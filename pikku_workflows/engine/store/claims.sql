@@ -33,10 +33,10 @@ WHERE id = %(run_id)s AND status = %(run_running)s
 FOR SHARE
 
 -- name: run_running_unlocked
--- The run %(run_id)s and its starter's username while it is running and no other transaction
--- holds its row, then held FOR SHARE OF run (the one-statement claim, before it updates the
--- step: it must not wait here; see the lock order above).
-SELECT run.id, starter.{username} AS started_by
+-- The run %(run_id)s, its workflow and its starter's username while it is running and no
+-- other transaction holds its row, then held FOR SHARE OF run (the one-statement claim, before
+-- it updates the step: it must not wait here; see the lock order above).
+SELECT run.id, run.workflow, starter.{username} AS started_by
 FROM {run} run
 LEFT JOIN {user} starter ON starter.{user_pk} = run.started_by_id
 WHERE run.id = %(run_id)s AND run.status = %(run_running)s

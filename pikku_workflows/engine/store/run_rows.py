@@ -15,6 +15,7 @@ from ...conf import pikku_settings
 from ...exceptions import ConcurrencySkipped
 from ...flow import run_priority
 from ...models import WorkflowRun, WorkflowVersion
+from ...observability.tracing import caller_traceparent
 from ...querysets import DatabaseNow
 from ...registry import registry
 from ...serialization import describe_error
@@ -79,7 +80,7 @@ def create_run_row(
         concurrency_key=admission.key if admission else None,
         not_before=not_before,
         priority=priority,
-        **fields,
+        **{"traceparent": caller_traceparent(), **fields},
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():

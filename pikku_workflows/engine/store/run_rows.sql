@@ -30,7 +30,7 @@ inserted AS (
         lease_holder, lease_expires_at, rerun_requested, wake_at, random_seed, compensation,
         compensation_cause, concurrency_key, priority, not_before, retention_hold, steps_total,
         steps_done, current_step_key, waiting_on, last_error_code, schedule_id, scheduled_for,
-        created_at, updated_at, finished_at)
+        traceparent, created_at, updated_at, finished_at)
     SELECT %(id)s::uuid, %(workflow)s::text,
         CASE WHEN admitted THEN %(status)s::text
             WHEN refused THEN %(status_when_full)s::text ELSE %(run_queued)s::text END,
@@ -51,7 +51,7 @@ inserted AS (
             WHEN refused AND %(status_when_full)s::text = %(run_cancelled)s::text THEN NULL
             ELSE %(waiting_admission)s END,
         %(last_error_code)s, %(schedule_id)s::bigint, %(scheduled_for)s::timestamptz,
-        %(created_at)s::timestamptz,
+        %(traceparent)s, %(created_at)s::timestamptz,
         %(updated_at)s::timestamptz,
         CASE WHEN refused AND %(status_when_full)s::text = %(run_cancelled)s::text
             THEN clock_timestamp() ELSE %(finished_at)s::timestamptz END

@@ -12,6 +12,7 @@ from django.db import transaction
 from ...control_flow import RunInterrupted
 from ...exceptions import InvalidTransition
 from ...models import WorkflowRun
+from ...observability.tracing import export_run_after_commit
 from ...querysets import DatabaseNow
 from ...registry import registry
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
@@ -72,6 +73,8 @@ def _move_run(
             # After the commit, in a transaction of its own: the firing timer loop holds a
             # schedule before its runs, so this must not hold a run while it waits for one.
             transaction.on_commit(lambda: pause_for_failed_run(run_id))
+        if target in TERMINAL_RUN_STATUSES:
+            export_run_after_commit(run_id)
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:

@@ -28,6 +28,10 @@ from ...control_flow import RunInterrupted
 from ...dispatch import QueueMessage, queue_fragments
 from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...observability.tracing import (
+    export_attempt_after_commit,
+    export_attempt_from_rows_after_commit,
+)
 from ...querysets import DatabaseNow, database_in
 from ...sql import Statements
 from ...status import (
@@ -105,7 +109,10 @@ def create_step_in_run(
         raise RunInterrupted(f"run {run_id} is no longer running under this pass")
     step.lease_expires_at, step.wake_at = row
     step._state.adding, step._state.db = False, connection.alias
+    note_attempt_start(step, status, step.created_at, dispatch)
     note_attempt_end(step, step.created_at if status in ENDED else None)
+    if status in ENDED:
+        export_attempt_after_commit(step)
     return step
 
 
@@ -224,7 +231,10 @@ def _save_new_step_txn(
         **history_stamps(step.status, step.created_at),
     )
     history.save(force_insert=True)
+    note_attempt_start(step, step.status, step.created_at, dispatch)
     note_attempt_end(step, step.created_at if step.status in ENDED else None)
+    if step.status in ENDED:
+        export_attempt_after_commit(step)
     return step
 
 
@@ -325,6 +335,14 @@ def _mark_recorded(
     for name, value in fields.items():
         setattr(step, name, value)
     note_attempt_end(step, at)
+    export_attempt_after_commit(step)
+
+
+def note_attempt_start(step: WorkflowStep, target: str, at: datetime, dispatch: Any) -> None:
+    """Keep on `step` when its attempt started running and how it got there, as its history
+    row records them (its span is built from them once the attempt ends)."""
+    if target == StepStatus.RUNNING:
+        step.attempt_started_at, step.attempt_dispatch = at, dispatch  # type: ignore[attr-defined]
 
 
 def note_attempt_end(step: WorkflowStep, at: datetime | None) -> None:
@@ -362,8 +380,8 @@ def claim_queued_step(
     run_id: Any, step_key: str, function_names: Iterable[str]
 ) -> WorkflowStep | None:
     """A worker's claim of a pending or scheduled step of a running run whose function it has:
-    running under a fresh lease, in one statement (PostgreSQL). The step comes back with a
-    `started_by_name` attribute; None when nothing matched (or not on PostgreSQL): the general
+    running under a fresh lease, in one statement (PostgreSQL). The step comes back with
+    `started_by_name` and `workflow_name` attributes; None when nothing matched (or not on PostgreSQL): the general
     claim (`attempts.claim_next_attempt`) decides why."""
     if not on_postgresql():
         return None
@@ -380,8 +398,10 @@ def claim_queued_step(
         "running_at": timezone.now(),
         "worker": this_process(),
     }
-    claimed = WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)
-    return next(iter(claimed), None)
+    step = next(iter(WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)), None)
+    if step is not None:
+        note_attempt_start(step, StepStatus.RUNNING, params["running_at"], StepDispatch.QUEUED)
+    return step
 
 
 def retarget_unstarted_step(step: WorkflowStep, **fields: Any) -> bool:
@@ -450,6 +470,9 @@ def move_step_txn(
         _stamp_attempt_txn(step, target, outcome)
     step.status = target
     _apply(step, fields)
+    if target in ENDED:
+        # After `_apply`: the span says what was written (the error of a failed attempt).
+        export_attempt_after_commit(step)
     if target == StepStatus.FAILED:
         events.announce_attempt_failed(step)
     return True
@@ -460,6 +483,7 @@ def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) 
         step_id=step.pk, attempt=step.attempt + 1, status=target, **outcome
     )
     at = timezone.now()
+    note_attempt_start(step, target, at, outcome.get("dispatch"))
     if target != StepStatus.PENDING:
         setattr(history, HISTORY_TIMESTAMP[target], at)
     history.save(force_insert=True)
@@ -471,6 +495,7 @@ def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) 
 def _stamp_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
     changes = {"status": target, **outcome}
     at = timezone.now()
+    note_attempt_start(step, target, at, outcome.get("dispatch"))
     if target != StepStatus.PENDING:
         changes[HISTORY_TIMESTAMP[target]] = at
     WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=step.attempt).update(**changes)
@@ -506,7 +531,8 @@ def end_lapsed_attempt_txn(step: Any, error: dict[str, Any]) -> str | None:
         step_id=step.pk, attempt=step.attempt, status=StepStatus.RUNNING
     )
     worker = attempt.values_list("worker", flat=True).first()
-    attempt.update(status=StepStatus.FAILED, error=error, failed_at=step.lease_expires_at)
+    if attempt.update(status=StepStatus.FAILED, error=error, failed_at=step.lease_expires_at):
+        export_attempt_from_rows_after_commit(step.pk, step.attempt)
     return worker
 
 

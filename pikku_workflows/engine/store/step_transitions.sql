@@ -158,8 +158,8 @@ FROM (SELECT 1) AS one LEFT JOIN lease ON true
 -- name: claim_queued_step
 -- A worker's claim of a queued step (pending or scheduled, %(sources)s; its function one this
 -- worker has) of a running run: running under a fresh lease on the database clock, its
--- history row stamped (run by the process %(worker)s). Returns the step and the run's starter,
--- or no row.
+-- history row stamped (run by the process %(worker)s). Returns the step, the run's starter and
+-- its workflow, or no row.
 WITH guard AS ({run_running_unlocked}),
 claimed AS (
     UPDATE {step} SET status = %(running)s, wake_at = NULL, updated_at = clock_timestamp(),
@@ -176,4 +176,6 @@ history AS (
     WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
     RETURNING step_id
 )
-SELECT claimed.*, (SELECT started_by FROM guard) AS started_by_name FROM claimed
+SELECT claimed.*, (SELECT started_by FROM guard) AS started_by_name,
+    (SELECT workflow FROM guard) AS workflow_name
+FROM claimed
