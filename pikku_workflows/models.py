@@ -68,6 +68,10 @@ class WorkflowRun(models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+    # The run this one continues (`wf.continue_as_new`); unique, so a run has one successor.
+    continued_from = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continued_by"
+    )
     lease_holder = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     rerun_requested = models.BooleanField(default=False)

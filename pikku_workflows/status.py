@@ -12,6 +12,8 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # Ended by `wf.continue_as_new`: its successor run goes on from a fresh history.
+    CONTINUED = "continued", "Continued"
 
 
 class StepStatus(models.TextChoices):
@@ -73,17 +75,26 @@ HISTORY_TIMESTAMP: dict[str, str] = {
     StepStatus.FAILED: "failed_at",
 }
 
-TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_RUN_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CONTINUED}
+)
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.RUNNING: frozenset(
-        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+        {
+            RunStatus.SUSPENDED,
+            RunStatus.COMPLETED,
+            RunStatus.FAILED,
+            RunStatus.CANCELLED,
+            RunStatus.CONTINUED,
+        }
     ),
     RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
     # retry_run gives a failed run a fresh attempt budget.
     RunStatus.FAILED: frozenset({RunStatus.RUNNING}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
+    RunStatus.CONTINUED: frozenset(),
 }
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {

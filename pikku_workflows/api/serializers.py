@@ -252,6 +252,12 @@ class RunFieldsSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Undoing the run's succeeded steps (compensate=): null while nothing needs it",
     )
+    continued_from = serializers.UUIDField(
+        allow_null=True, help_text="The run this one continues (wf.continue_as_new)"
+    )
+    continued_to = serializers.UUIDField(
+        allow_null=True, help_text="The run that continues this one, once it is continued"
+    )
 
 
 class RunSummarySerializer(RunFieldsSerializer):

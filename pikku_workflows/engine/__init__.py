@@ -64,6 +64,8 @@ replay, one pass of a run:
 
 store, the tables:
 
+- `store.continue_transitions`: a run's hand-over to its successor (`wf.continue_as_new`): ended
+  `continued`, successor created, kept signals moved, in one transaction; following a chain.
 - `store.approval_rows`: an approval's life in the tables: opened, settled once, escalated,
   reminded; its Django signals, after commit.
 - `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.

@@ -17,6 +17,7 @@ from ...status import HISTORY_TIMESTAMP, TERMINAL_RUN_STATUSES, RunStatus, StepK
 from ...time_travel import build_timeline, state_at
 from ...waiting import WaitingKind
 from ..replay.replay_pass import lease_lapsed
+from ..store.continue_transitions import successor_of
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -74,7 +75,17 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "output": run.output if run.status == RunStatus.COMPLETED else None,
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
         "compensation": run.compensation,
+        "continued_from": str(run.continued_from_id) if run.continued_from_id else None,
+        "continued_to": _successor_id(run),
     }
+
+
+def _successor_id(run: WorkflowRun) -> str | None:
+    """The run that continues `run` (`wf.continue_as_new`); asked only of a continued run."""
+    if run.status != RunStatus.CONTINUED:
+        return None
+    successor = successor_of(run.pk)
+    return None if successor is None else str(successor)
 
 
 def _step_summary(run: WorkflowRun, step: WorkflowStep) -> dict[str, Any]:

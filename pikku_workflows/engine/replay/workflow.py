@@ -12,13 +12,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import Error as DatabaseError
 
 from ...approvals.policy import ApprovalOutcome
-from ...control_flow import PassAbandoned
-from ...exceptions import WorkflowDispatchException
+from ...control_flow import ContinueAsNew, PassAbandoned
+from ...exceptions import InvalidInput, WorkflowDispatchException
+from ...serialization import NotStorableJson, round_trip
 from .approval_steps import run_approval
 from .attempts import record_kept
 from .gather import Drive, StepCall, make_call, run_gather, run_map
@@ -235,6 +236,23 @@ class Workflow:
         and branches nothing."""
         with engine_statements():
             run_patched(self._replay, patch_id)
+
+    @property
+    def history_length(self) -> int:
+        """How many steps the body has reached so far in this pass (replayed or new): what each
+        pass of this run replays, so a long-lived body knows when to `continue_as_new`."""
+        return len(self._replay.reached)
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run `continued` and start its successor with `input`: the same workflow,
+        subject, starter and parent, a fresh history; signals no wait took go with it
+        (docs/long-lived-runs.md). Input that is not storable JSON is `InvalidInput` here, and
+        nothing is written."""
+        try:
+            input = round_trip(input, name="input")
+        except NotStorableJson as exc:
+            raise InvalidInput(f"The input to continue {self.name!r} with: {exc}") from exc
+        raise ContinueAsNew(input)
 
     @property
     def state(self) -> Mapping[str, Any]:
