@@ -36,11 +36,14 @@ from .exceptions import (
     StepFunctionNotFound,
     StepResultNotSerializable,
     StepSuperseded,
+    UpdateRejected,
+    UpdateTimeout,
     WorkflowDispatchException,
     WorkflowError,
     WorkflowNotFound,
 )
 from .registry import graph_workflow, graph_workflow_from_file, step_function, workflow
+from .updates import Update
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
@@ -66,6 +69,7 @@ _LAZY = {
     "reassign_approval": "pikku_workflows.engine.operations.approvals",
     "get_approval": "pikku_workflows.engine.operations.approval_reads",
     "send_signal": "pikku_workflows.engine.operations.signals",
+    "update": "pikku_workflows.engine.operations.updates",
 }
 
 
@@ -100,6 +104,9 @@ __all__ = [
     "StepFunctionNotFound",
     "StepResultNotSerializable",
     "StepSuperseded",
+    "Update",
+    "UpdateRejected",
+    "UpdateTimeout",
     "Workflow",
     "WorkflowDispatchException",
     "WorkflowError",
@@ -126,5 +133,6 @@ __all__ = [
     "start_workflow",
     "step_function",
     "suspend_run",
+    "update",
     "workflow",
 ]

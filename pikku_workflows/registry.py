@@ -74,6 +74,8 @@ class WorkflowDefinition:
     # What the body calls that a replay would see differently (read from its source when it
     # registers; `manage.py check` warns of each).
     nondeterminism: tuple[Finding, ...] = ()
+    # `pw.update` names: each one's validator(input, state, payload), run in the caller.
+    updates: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -186,10 +188,15 @@ registry = Registry()
 
 
 def workflow(
-    name: str, *, planned_steps: Iterable[str] | None = None
+    name: str,
+    *,
+    planned_steps: Iterable[str] | None = None,
+    updates: dict[str, Callable[..., Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `func(wf, input)` as the workflow `name`."""
+    """Register `func(wf, input)` as the workflow `name`; `updates` maps each update name it
+    takes (`pw.update`, `wf.receive`) to its validator `(input, state, payload)`."""
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
+    checked_updates = _checked_updates(name, updates)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -203,11 +210,27 @@ def workflow(
                 WORKFLOW_KIND_DSL,
                 code_fingerprint(func),
                 nondeterminism=findings,
+                updates=checked_updates,
             )
         )
         return func
 
     return register
+
+
+def _checked_updates(
+    workflow: str, updates: dict[str, Callable[..., Any]] | None
+) -> dict[str, Callable[..., Any]]:
+    if updates is None:
+        return {}
+    if not isinstance(updates, dict):
+        raise InvalidInput(f"updates of {workflow!r} must be a dict of name -> validator.")
+    for update, validator in updates.items():
+        if not isinstance(update, str) or not update or not callable(validator):
+            raise InvalidInput(
+                f"updates of {workflow!r}: {update!r} must be a name with a callable validator."
+            )
+    return dict(updates)
 
 
 def step_function(

@@ -48,7 +48,7 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
     if by is not None:
         _check_may_signal(pk, name, by)
     with transaction.atomic():
-        pk, status = _lock_latest_run_txn(pk)
+        pk, status = lock_latest_run_txn(pk)
         if status is None:
             raise RunNotFound(run_id)
         if status in TERMINAL_RUN_STATUSES:
@@ -79,7 +79,7 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
     return get_run_status(pk)
 
 
-def _lock_latest_run_txn(pk: Any) -> tuple[Any, str | None]:
+def lock_latest_run_txn(pk: Any) -> tuple[Any, str | None]:
     """The run that takes a signal sent to `pk`, locked, and its status: `pk` itself, or for a
     continued run its latest successor (a signal never falls between two links of a chain)."""
     status = lock_run_for_signals_txn(pk)

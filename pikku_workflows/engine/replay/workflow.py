@@ -20,6 +20,7 @@ from ...approvals.policy import ApprovalOutcome
 from ...control_flow import ContinueAsNew, PassAbandoned
 from ...exceptions import InvalidInput, WorkflowDispatchException
 from ...serialization import NotStorableJson, round_trip
+from ...updates import Update
 from .approval_steps import run_approval
 from .attempts import record_kept
 from .gather import Drive, StepCall, make_call, run_gather, run_map
@@ -27,6 +28,7 @@ from .patches import run_patched
 from .replay_pass import ReplayPass
 from .signal_steps import run_wait_for_signal
 from .steps import StepOptions, drive_call, resolve_call, run_sleep, run_suspend
+from .update_steps import run_receive, run_reply
 
 
 @contextlib.contextmanager
@@ -216,6 +218,18 @@ class Workflow:
         which the body may catch."""
         with engine_statements():
             return run_wait_for_signal(self._replay, key, name, timeout)
+
+    def receive(self, name: str, timeout: int | str | timedelta | None = None) -> Update:
+        """Take the oldest update `name` sent with `pw.update` (waiting for one if none came):
+        a `pw.Update` to answer with `wf.reply`. After `timeout` raises `SignalTimeout`."""
+        with engine_statements():
+            return run_receive(self._replay, name, timeout)
+
+    def reply(self, message: Update, result: Any = None) -> None:
+        """Answer the update `message` with `result` (JSON): its caller's `pw.update` returns
+        it. Answered once; the same reply on a replay changes nothing."""
+        with engine_statements():
+            run_reply(self._replay, message, result)
 
     def set_state(self, key: str, value: Any) -> None:
         """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""

@@ -1,6 +1,6 @@
 """A run handing over to its successor (`wf.continue_as_new`): in one transaction the run ends
 `continued`, its successor is created, and what the run was still owed moves to the successor
-(the signals no wait took, the parent's step waiting on it)."""
+(the signals and updates no wait took, the parent's step waiting on it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ...models import WorkflowRun, WorkflowSignal, WorkflowStep
+from ...models import WorkflowRun, WorkflowSignal, WorkflowStep, WorkflowUpdate
 from ...status import RunStatus, StepStatus
 from .run_rows import create_run_row
 from .run_transitions import move_run
@@ -42,6 +42,9 @@ def continue_run(
             parent_run_id=run.parent_run_id,
             parent_step_id=run.parent_step_id,
         )
+        WorkflowUpdate.objects.filter(run_id=run.pk, signal__consumed_at__isnull=True).update(
+            run_id=successor.pk
+        )
         WorkflowSignal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(
             run_id=successor.pk
         )
@@ -59,9 +62,14 @@ def successor_of(run_id: Any) -> Any:
     return runs.values_list("pk", flat=True).first()
 
 
+def chain_from(run_id: Any) -> list[Any]:
+    """`run_id` and the ids of the runs that continue it, in order."""
+    chain = [run_id]
+    while (successor := successor_of(chain[-1])) is not None:
+        chain.append(successor)
+    return chain
+
+
 def latest_in_chain(run_id: Any) -> Any:
     """The id of the run that goes on for `run_id`: itself, or its last successor."""
-    latest, successor = run_id, successor_of(run_id)
-    while successor is not None:
-        latest, successor = successor, successor_of(successor)
-    return latest
+    return chain_from(run_id)[-1]
