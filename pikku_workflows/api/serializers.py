@@ -9,6 +9,8 @@ from typing import Any
 from rest_framework import serializers
 
 from ..approvals.policy import ApprovalPolicy, OnExpire
+from ..durations import parse_duration
+from ..exceptions import InvalidInput
 from ..querysets import RunLevel
 from ..status import ApprovalStatus, Compensation, RunStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
@@ -194,6 +196,45 @@ class SignalSerializer(serializers.Serializer):
         allow_null=True,
         default=None,
         help_text="Any JSON: what the run's `wf.wait_for_signal` returns.",
+    )
+
+
+MAX_UPDATE_WAIT_MS = 30_000
+
+
+class UpdateSerializer(serializers.Serializer):
+    payload = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="Any JSON: the update's payload."
+    )
+    wait = serializers.ChoiceField(
+        choices=["completed", "accepted"],
+        default="completed",
+        help_text="completed: answer with the run's reply (200); accepted: at once (202).",
+    )
+    timeout = serializers.CharField(
+        default="10s",
+        help_text='How long to wait for the reply ("500ms", "10s"; at most 30 s); then 504.',
+    )
+    update_id = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Names the update: the same id again is the same update, answered once.",
+    )
+
+    def validate_timeout(self, value: str) -> str:
+        # A request holds a web worker while it waits: never longer than MAX_UPDATE_WAIT_MS.
+        try:
+            parse_duration(value, what="timeout", limit_ms=MAX_UPDATE_WAIT_MS)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from exc
+        return value
+
+
+class UpdateAnswerSerializer(serializers.Serializer):
+    update_id = serializers.CharField()
+    result = serializers.JSONField(
+        required=False, allow_null=True, help_text="The run's reply (with wait=completed)."
     )
 
 

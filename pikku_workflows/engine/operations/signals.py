@@ -46,7 +46,7 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
         raise InvalidInput(f"The payload of signal {name!r} is not storable JSON: {exc}") from exc
     by = checked_user(by, "by")
     if by is not None:
-        _check_may_signal(pk, name, by)
+        check_may_signal(pk, name, by)
     with transaction.atomic():
         pk, status = lock_latest_run_txn(pk)
         if status is None:
@@ -96,7 +96,7 @@ def may_signal(user: Any, started_by_id: Any) -> bool:
     return bool(user.pk == started_by_id or user.has_perm(SIGNAL_PERMISSION))
 
 
-def _check_may_signal(pk: Any, name: str, by: Any) -> None:
+def check_may_signal(pk: Any, name: str, by: Any) -> None:
     """Refuse (`SignalForbidden`) a sender who may not signal the run, with a committed `deny`
     audit row, as a refused approval decision is recorded."""
     run = WorkflowRun.objects.filter(pk=pk).values_list("started_by_id").first()

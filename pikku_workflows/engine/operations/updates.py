@@ -38,7 +38,7 @@ from ..store.update_transitions import (
 )
 from .reads import run_pk
 from .runs import checked_user
-from .signals import lock_latest_run_txn
+from .signals import check_may_signal, lock_latest_run_txn
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def update(
     """Send the update `name` to the run (or the latest run of its chain) and return the answer
     `wf.reply` gives it; with `wait="accepted"` its update id at once. The same `update_id`
     again is the same update (one row, one answer). `UpdateTimeout` when no answer comes within
-    `timeout`: the update stays accepted."""
+    `timeout`: the update stays accepted. `by` must be allowed to signal the run (its starter,
+    or a holder of `signal_workflowrun`), else `SignalForbidden`."""
     pk = run_pk(run_id)
     if wait not in WAITS:
         raise InvalidInput(f'wait is "completed" or "accepted", not {wait!r}.')
@@ -74,6 +75,8 @@ def update(
         update_id = uuid.uuid4().hex
     checked_text(update_id, "The update_id", max_length=KEY_MAX_LENGTH)
     by = checked_user(by, "by")
+    if by is not None:
+        check_may_signal(pk, name, by)  # who may signal a run may update it
     _validate(pk, name, payload)
     accepted = _accept(pk, name, update_id, payload, by)
     if wait == "accepted":
