@@ -43,8 +43,10 @@ from .signals import check_may_signal, lock_latest_run_txn
 logger = logging.getLogger(__name__)
 
 WAITS = ("completed", "accepted")
-POLL_FIRST_SECONDS = 0.005
-POLL_MAX_SECONDS = 0.1
+# The reply usually comes within one pass: poll often at first, then back off to a bound.
+POLL_FIRST_SECONDS = 0.002
+POLL_GROWTH = 1.5
+POLL_MAX_SECONDS = 0.05
 
 
 def update(
@@ -149,4 +151,4 @@ def _answer(update_pk: int, update_id: str, seconds: float | None) -> Any:
                 update_id=update_id,
             )
         time.sleep(delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0)))
-        delay = min(delay * 2, POLL_MAX_SECONDS)
+        delay = min(delay * POLL_GROWTH, POLL_MAX_SECONDS)
