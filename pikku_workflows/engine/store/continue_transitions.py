@@ -14,12 +14,10 @@ from .run_rows import create_run_row
 from .run_transitions import move_run
 
 
-def continue_run(
-    run: WorkflowRun, input: Any, *, lease_holder: str, successor_holder: str | None = None
-) -> WorkflowRun:
+def continue_run(run: WorkflowRun, input: Any, *, lease_holder: str) -> WorkflowRun:
     """End `run` continued, while `lease_holder` holds its lease, and return its successor: the
-    same workflow, subject, starter and parent, with `input` (already storable JSON). With
-    `successor_holder` the successor is born leased to it (an inline caller drives it next).
+    same workflow, subject, starter and parent, with `input` (already storable JSON), unleased
+    (an inline caller leases it next, else a worker's pass does).
 
     The guarded move comes first: it locks the run's row, so a signal sent meanwhile either
     committed before (and moves with the others) or waits and finds the run continued. A second
@@ -33,8 +31,7 @@ def continue_run(
         successor = create_run_row(
             run.workflow,
             input,
-            inline=successor_holder is not None,
-            lease_holder=successor_holder,
+            inline=False,
             continued_from_id=run.pk,
             started_by_id=run.started_by_id,
             subject_type_id=run.subject_type_id,
