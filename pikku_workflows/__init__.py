@@ -39,6 +39,8 @@ from .exceptions import (
     StepFunctionNotFound,
     StepResultNotSerializable,
     StepSuperseded,
+    UpdateRejected,
+    UpdateTimeout,
     WorkflowDispatchException,
     WorkflowError,
     WorkflowNotFound,
@@ -52,6 +54,7 @@ from .registry import (
     workflow,
 )
 from .schedules import Schedule, next_fire_times
+from .updates import Update
 
 if TYPE_CHECKING:
     from .engine.replay.attempts import StepContext
@@ -87,6 +90,7 @@ _LAZY = {
     "resume_schedule": "pikku_workflows.engine.operations.schedules",
     "trigger_schedule": "pikku_workflows.engine.operations.schedules",
     "backfill_schedule": "pikku_workflows.engine.operations.schedules",
+    "update": "pikku_workflows.engine.operations.updates",
 }
 
 
@@ -126,6 +130,9 @@ __all__ = [
     "StepFunctionNotFound",
     "StepResultNotSerializable",
     "StepSuperseded",
+    "Update",
+    "UpdateRejected",
+    "UpdateTimeout",
     "Workflow",
     "WorkflowDispatchException",
     "WorkflowError",
@@ -163,6 +170,7 @@ __all__ = [
     "step_function",
     "suspend_run",
     "trigger_schedule",
+    "update",
     "update_schedule",
     "workflow",
 ]

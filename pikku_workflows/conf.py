@@ -40,6 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_APPROVERS": 100,
     # The most signals a run keeps that no wait has taken yet; more are refused.
     "MAX_KEPT_SIGNALS": 1000,
+    # The most updates a run holds that no `wf.reply` has answered yet; more are refused.
+    "MAX_PENDING_UPDATES": 100,
     # Dotted path to `f(request, queryset) -> queryset`: narrows the runs the HTTP API shows
     # (tenants); applied after the owner rule, on every endpoint that reads a run.
     "RUN_QUERYSET_FILTER": None,

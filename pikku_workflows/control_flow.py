@@ -52,3 +52,12 @@ class RunInterrupted(ControlFlowSignal):
 class TimeLimitAlarm(ControlFlowSignal):
     """Raised into a step function when its attempt's time limit passes, so the step's own
     `except Exception:` cannot keep the attempt alive; the attempt records StepTimedOut."""
+
+
+class ContinueAsNew(ControlFlowSignal):
+    """The body asks for its run to end `continued` and a successor run to go on with `input`
+    (already storable JSON) from a fresh history (`wf.continue_as_new`)."""
+
+    def __init__(self, input: object) -> None:
+        super().__init__("continue as new")
+        self.input = input

@@ -461,3 +461,19 @@ class GraphRunFailed(WorkflowError):
         self.code = failure["code"]
         self.step_key = failure.get("step_key")
         super().__init__(failure["message"])
+
+
+class UpdateRejected(WorkflowError):
+    """The workflow's validator refused the update; nothing was written."""
+
+    code = "UPDATE_REJECTED"
+
+
+class UpdateTimeout(WorkflowError):
+    """The run did not answer the update in time; the update stays accepted."""
+
+    code = "UPDATE_TIMEOUT"
+
+    def __init__(self, message: str | None = None, *, update_id: str | None = None) -> None:
+        self.update_id = update_id
+        super().__init__(message)

@@ -71,6 +71,10 @@ class WorkflowRun(models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+    # The run this one continues (`wf.continue_as_new`); unique, so a run has one successor.
+    continued_from = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continued_by"
+    )
     lease_holder = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     rerun_requested = models.BooleanField(default=False)
@@ -836,3 +840,33 @@ class WorkflowScheduleAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.schedule_name}"
+
+
+class WorkflowUpdate(models.Model):
+    """A write that answers (`pw.update`): accepted once its workflow's validator passed it,
+    taken in order by `wf.receive` (through the signal it is sent as), completed by `wf.reply`.
+    `update_id` makes a retried call the same update."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="updates")
+    name = models.CharField(max_length=NAME_MAX_LENGTH)
+    update_id = models.CharField(max_length=KEY_MAX_LENGTH)
+    payload = models.JSONField(null=True, blank=True)
+    signal = models.OneToOneField(
+        WorkflowSignal, null=True, blank=True, on_delete=models.SET_NULL, related_name="update"
+    )
+    result = models.JSONField(null=True, blank=True)
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "update_id"], name="pikku_update_run_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"update {self.name} {self.update_id}"

@@ -90,6 +90,8 @@ class WorkflowDefinition:
     priority: Priority = 0
     # The schedules declared with it (`schedule=`), checked when it registered.
     schedules: tuple[ScheduleSpec, ...] = ()
+    # `pw.update` names: each one's validator(input, state, payload), run in the caller.
+    updates: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
 
 def code_fingerprint(func: Callable[..., Any]) -> str:
@@ -238,6 +240,7 @@ def workflow(
     limits: Iterable[str] = (),
     priority: Priority = 0,
     schedule: Schedule | Iterable[Schedule] | None = None,
+    updates: dict[str, Callable[..., Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(wf, input)` as the workflow `name`.
 
@@ -249,12 +252,15 @@ def workflow(
     `priority` (whole seconds in -3600..3600, or `f(input)`) moves its queued runs ahead:
     admission order is start time less priority (docs/flow-control.md).
     `schedule` declares its schedules (one `pw.Schedule` or several; docs/schedules.md).
+    `updates` maps each update name it takes (`pw.update`, `wf.receive`) to its validator
+    `(input, state, payload)`.
     """
     limit_names = checked_limit_names(limits, f"Workflow {name!r}")
     priority = checked_priority(priority, name)
     steps = [validate_step_key(key) for key in planned_steps] if planned_steps is not None else None
     kept = parse_retention(retention, what=f"{name!r} retention") if retention is not None else {}
     schedules = _declared_schedules(name, schedule)
+    checked_updates = _checked_updates(name, updates)
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise InvalidInput(
             f"Workflow {name!r}: concurrency must be a pw.Concurrency(...), "
@@ -278,6 +284,7 @@ def workflow(
                 limits=limit_names,
                 priority=priority,
                 schedules=schedules,
+                updates=checked_updates,
             )
         )
         return func
@@ -313,6 +320,21 @@ def _declared_schedules(
             f"Workflow {workflow!r} declares two schedules with one name: give each a name=."
         )
     return specs
+
+
+def _checked_updates(
+    workflow: str, updates: dict[str, Callable[..., Any]] | None
+) -> dict[str, Callable[..., Any]]:
+    if updates is None:
+        return {}
+    if not isinstance(updates, dict):
+        raise InvalidInput(f"updates of {workflow!r} must be a dict of name -> validator.")
+    for update, validator in updates.items():
+        if not isinstance(update, str) or not update or not callable(validator):
+            raise InvalidInput(
+                f"updates of {workflow!r}: {update!r} must be a name with a callable validator."
+            )
+    return dict(updates)
 
 
 def step_function(

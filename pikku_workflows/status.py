@@ -14,6 +14,8 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # Ended by `wf.continue_as_new`: its successor run goes on from a fresh history.
+    CONTINUED = "continued", "Continued"
 
 
 class StepStatus(models.TextChoices):
@@ -75,13 +77,21 @@ HISTORY_TIMESTAMP: dict[str, str] = {
     StepStatus.FAILED: "failed_at",
 }
 
-TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_RUN_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CONTINUED}
+)
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     # Admitted (running), or stopped by an operator before it ever ran.
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(
-        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+        {
+            RunStatus.SUSPENDED,
+            RunStatus.COMPLETED,
+            RunStatus.FAILED,
+            RunStatus.CANCELLED,
+            RunStatus.CONTINUED,
+        }
     ),
     # A run suspended before it was admitted resumes into the queue it left.
     RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.CANCELLED}),
@@ -89,6 +99,7 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.FAILED: frozenset({RunStatus.RUNNING}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
+    RunStatus.CONTINUED: frozenset(),
 }
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {

@@ -460,12 +460,20 @@ class WorkflowRunAdmin(
 
     @admin.display(description="related runs")
     def related_runs(self, run: WorkflowRun) -> SafeString | str:
-        """Parent, source of a fork, children and forks: one query."""
-        near = Q(parent_run=run) | Q(forked_from=run)
-        if run.parent_run_id or run.forked_from_id:
-            near |= Q(pk__in=[pk for pk in (run.parent_run_id, run.forked_from_id) if pk])
+        """Parent, source of a fork, children, forks, and the previous and next runs of a chain
+        (`wf.continue_as_new`): one query."""
+        near = Q(parent_run=run) | Q(forked_from=run) | Q(continued_from=run)
+        linked = [run.parent_run_id, run.forked_from_id, run.continued_from_id]
+        if any(linked):
+            near |= Q(pk__in=[pk for pk in linked if pk])
         related = WorkflowRun.objects.filter(near).only(
-            "id", "workflow", "status", "parent_run_id", "forked_from_id", "created_at"
+            "id",
+            "workflow",
+            "status",
+            "parent_run_id",
+            "forked_from_id",
+            "continued_from_id",
+            "created_at",
         )
         groups: dict[str, list[WorkflowRun]] = {}
         for other in related.order_by("created_at"):
@@ -474,6 +482,8 @@ class WorkflowRunAdmin(
                 ("forked from", other.pk == run.forked_from_id),
                 ("child", other.parent_run_id == run.pk),
                 ("fork", other.forked_from_id == run.pk),
+                ("previous", other.pk == run.continued_from_id),
+                ("next", other.continued_from_id == run.pk),
             ):
                 if matches:
                     groups.setdefault(role, []).append(other)

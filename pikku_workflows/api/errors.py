@@ -40,6 +40,8 @@ STATUS_BY_ERROR: dict[type[pw.WorkflowError], int] = {
     pw.ApprovalResolved: status.HTTP_409_CONFLICT,
     pw.ApprovalForbidden: status.HTTP_403_FORBIDDEN,
     pw.SignalForbidden: status.HTTP_403_FORBIDDEN,
+    pw.UpdateRejected: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    pw.UpdateTimeout: status.HTTP_504_GATEWAY_TIMEOUT,
     # Not among the documented codes' statuses; a 404 like every other id that names nothing (or nothing yours).
     pw.ApprovalNotFound: status.HTTP_404_NOT_FOUND,
 }

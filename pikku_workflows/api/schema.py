@@ -99,6 +99,14 @@ SIGNAL_ERRORS: dict[int, tuple[type, str]] = {
     409: (ErrorSerializer, "INVALID_TRANSITION: the run has ended and takes no more signals."),
 }
 
+# What the errors of an update to a run carry.
+UPDATE_ERRORS: dict[int, tuple[type, str]] = {
+    **SIGNAL_ERRORS,
+    409: (ErrorSerializer, "INVALID_TRANSITION: the run has ended, or holds MAX_PENDING_UPDATES."),
+    422: (ErrorSerializer, "UPDATE_REJECTED: the workflow's validator refused it; nothing kept."),
+    504: (ErrorSerializer, "UPDATE_TIMEOUT: no reply in time; the update stays accepted."),
+}
+
 # What the errors of reading an approval carry.
 APPROVAL_READ_ERRORS: dict[int, tuple[type, str]] = {
     **RUN_ERRORS,

@@ -9,6 +9,8 @@ from typing import Any
 from rest_framework import serializers
 
 from ..approvals.policy import ApprovalPolicy, OnExpire
+from ..durations import parse_duration
+from ..exceptions import InvalidInput
 from ..querysets import RunLevel
 from ..status import ApprovalStatus, Compensation, RunStatus
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, REASON_MAX_LENGTH
@@ -197,6 +199,45 @@ class SignalSerializer(serializers.Serializer):
     )
 
 
+MAX_UPDATE_WAIT_MS = 30_000
+
+
+class UpdateSerializer(serializers.Serializer):
+    payload = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="Any JSON: the update's payload."
+    )
+    wait = serializers.ChoiceField(
+        choices=["completed", "accepted"],
+        default="completed",
+        help_text="completed: answer with the run's reply (200); accepted: at once (202).",
+    )
+    timeout = serializers.CharField(
+        default="10s",
+        help_text='How long to wait for the reply ("500ms", "10s"; at most 30 s); then 504.',
+    )
+    update_id = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Names the update: the same id again is the same update, answered once.",
+    )
+
+    def validate_timeout(self, value: str) -> str:
+        # A request holds a web worker while it waits: never longer than MAX_UPDATE_WAIT_MS.
+        try:
+            parse_duration(value, what="timeout", limit_ms=MAX_UPDATE_WAIT_MS)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from exc
+        return value
+
+
+class UpdateAnswerSerializer(serializers.Serializer):
+    update_id = serializers.CharField()
+    result = serializers.JSONField(
+        required=False, allow_null=True, help_text="The run's reply (with wait=completed)."
+    )
+
+
 # Responses (documentation of the engine's dicts) --------------------------------------------
 
 
@@ -251,6 +292,12 @@ class RunFieldsSerializer(serializers.Serializer):
         choices=Compensation.choices,
         allow_null=True,
         help_text="Undoing the run's succeeded steps (compensate=): null while nothing needs it",
+    )
+    continued_from = serializers.UUIDField(
+        allow_null=True, help_text="The run this one continues (wf.continue_as_new)"
+    )
+    continued_to = serializers.UUIDField(
+        allow_null=True, help_text="The run that continues this one, once it is continued"
     )
 
 

@@ -66,7 +66,7 @@ from .permissions import (
     visible_run_id,
     visible_runs,
 )
-from .schema import SIGNAL_ERRORS, documented, errors
+from .schema import SIGNAL_ERRORS, UPDATE_ERRORS, documented, errors
 from .serializers import (
     BULK_OPTIONS,
     MAX_SIGNAL_NAME,
@@ -90,6 +90,8 @@ from .serializers import (
     StartRunSerializer,
     StateQuerySerializer,
     TimelineEventSerializer,
+    UpdateAnswerSerializer,
+    UpdateSerializer,
     operation_serializer,
 )
 from .stream_slots import stream_slots
@@ -110,6 +112,12 @@ SIGNAL_NAME = OpenApiParameter(
     {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME},
     OpenApiParameter.PATH,
     description="The signal's name, as the run's `wf.wait_for_signal` waits for it.",
+)
+UPDATE_NAME = OpenApiParameter(
+    "name",
+    {"type": "string", "minLength": 1, "maxLength": MAX_SIGNAL_NAME},
+    OpenApiParameter.PATH,
+    description="The update's name, as the workflow's `updates=` declares it.",
 )
 
 
@@ -251,7 +259,7 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @classmethod
     def as_view(cls, actions: dict[str, str] | None = None, **initkwargs: Any) -> Any:
         view = super().as_view(actions, **initkwargs)
-        if actions and "signals" in actions.values():
+        if actions and {"signals", "updates"} & set(actions.values()):
             # The engine commits a refused signal's `deny` row before it answers 403:
             # ATOMIC_REQUESTS' rollback of the request would undo it.
             view = transaction.non_atomic_requests(view)
@@ -435,6 +443,39 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         run_id = self.run_id()
         body = validated(OperationSerializer, request.data)
         return Response(pw.hold_run(run_id, hold=hold, reason=body["reason"], by=request.user))
+
+    @documented(
+        parameters=[RUN_ID, UPDATE_NAME],
+        request=UpdateSerializer,
+        responses={
+            200: OpenApiResponse(UpdateAnswerSerializer, description="The run's reply."),
+            202: OpenApiResponse(
+                UpdateAnswerSerializer, description="Accepted (wait=accepted): its update id."
+            ),
+            **errors(400, 403, 404, 409, 413, 422, 504, described=UPDATE_ERRORS),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path=r"updates/(?P<name>[\s\S]+)")
+    def updates(self, request: Request, pk: str, name: str) -> Response:
+        """Send the update `name` to a run you may see (or the latest run of its chain), as a
+        signal's sender may: the workflow's validator refuses it (422, nothing kept) or it is
+        kept, once per `update_id`, until the run's `wf.reply` answers (200 with the result;
+        202 at once with `wait=accepted`; 504 when no reply comes in time)."""
+        run_id = self.run_id()
+        body = validated(UpdateSerializer, request.data)
+        update_id = body["update_id"] or uuid.uuid4().hex
+        answer = pw.update(
+            run_id,
+            name,
+            body["payload"],
+            wait=body["wait"],
+            timeout=body["timeout"],
+            update_id=update_id,
+            by=request.user,
+        )
+        if body["wait"] == "accepted":
+            return Response({"update_id": update_id}, status=status.HTTP_202_ACCEPTED)
+        return Response({"update_id": update_id, "result": answer})
 
     @documented(
         parameters=[

@@ -8,6 +8,8 @@ listed after it.
 
 operations, what adapters call:
 
+- `operations.updates`: `update`: a write that answers: validated in the caller, kept once per
+  `update_id`, taken by `wf.receive`, answered by `wf.reply`, waited for with a bounded poll.
 - `operations.approvals`: deciding and reassigning approvals (`decide_approval`,
   `reassign_approval`): audited, judged under the approval's lock, refusals raised after their
   record commits.
@@ -53,6 +55,8 @@ replay, one pass of a run:
 - `replay.versions`: deploy safety: the definition a graph run started on, and what a
   non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `replay.workflow`: the `wf` handle a body drives its run with.
+- `replay.update_steps`: what `wf.receive` (a wait at an engine key) and `wf.reply` (the answer
+  recorded once) do during a replay.
 - `replay.approval_steps`: what `wf.approval` does during a replay: open the approval, park,
   return its outcome.
 - `replay.signal_steps`: what `wf.wait_for_signal` does during a replay: park, take a kept
@@ -76,6 +80,9 @@ replay, one pass of a run:
 
 store, the tables:
 
+- `store.continue_transitions`: a run's hand-over to its successor (`wf.continue_as_new`): ended
+  `continued`, successor created, kept signals moved, in one transaction; following a chain.
+- `store.update_transitions`: updates kept as rows and sent as signals; answered once.
 - `store.approval_rows`: an approval's life in the tables: opened, settled once, escalated,
   reminded; its Django signals, after commit.
 - `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.

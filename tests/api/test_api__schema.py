@@ -77,6 +77,7 @@ def test_schema__covers_every_endpoint_of_the_api_and_nothing_else(client):
             "runs/{id}/signals/{name}/",
             "runs/{id}/hold/",
             "runs/{id}/release/",
+            "runs/{id}/updates/{name}/",
             "approvals/",
             "approvals/{id}/",
             "approvals/{id}/approve/",
@@ -168,7 +169,7 @@ def fuzz_every_operation(
     # A live run's event stream never ends: its summary is enough to check.
     schema.config.max_stream_events = 1
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 37
+    assert len(operations) == 38
 
     def exercise(case: Any) -> None:
         case.call_and_validate(headers=headers, checks=CHECKS)

@@ -210,10 +210,10 @@ def test_summary__counts_runs_per_workflow_and_status(admin_client, runs):
     by_workflow = {
         row["workflow"]: [cell["count"] for cell in row["cells"]] for row in summary["rows"]
     }
-    # Columns: queued, running, suspended, completed, failed, cancelled.
+    # Columns: queued, running, suspended, completed, failed, cancelled, continued.
     assert by_workflow == {
-        "admin_tests.invoice": [0, 1, 0, 0, 0, 0],
-        "admin_tests.order": [0, 5, 1, 1, 1, 0],
+        "admin_tests.invoice": [0, 1, 0, 0, 0, 0, 0],
+        "admin_tests.order": [0, 5, 1, 1, 1, 0, 0],
     }
     assert summary["total"] == len(runs)
     content = response.content.decode()

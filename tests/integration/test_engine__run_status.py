@@ -26,6 +26,8 @@ SUMMARY_KEYS = {
     "output",
     "error",
     "compensation",
+    "continued_from",
+    "continued_to",
 }
 STEP_KEYS = {"key", "status", "attempts", "duration_ms", "function", "gather"}
 

@@ -14,6 +14,7 @@ SIGNALS = [
     "ReplayDiverged",
     "RunInterrupted",
     "TimeLimitAlarm",
+    "ContinueAsNew",
 ]
 
 

@@ -14,8 +14,14 @@ from pikku_workflows.status import (
 def test_run_transitions__terminal_statuses_are_final_except_failed_retry():
     assert RUN_TRANSITIONS[RunStatus.COMPLETED] == frozenset()
     assert RUN_TRANSITIONS[RunStatus.CANCELLED] == frozenset()
+    assert RUN_TRANSITIONS[RunStatus.CONTINUED] == frozenset()
     assert RUN_TRANSITIONS[RunStatus.FAILED] == {RunStatus.RUNNING}
-    assert {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED} == TERMINAL_RUN_STATUSES
+    terminal = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CONTINUED}
+    assert terminal == TERMINAL_RUN_STATUSES
+
+
+def test_run_transitions__only_a_running_run_continues():
+    assert run_sources(RunStatus.CONTINUED) == {RunStatus.RUNNING}
 
 
 def test_run_transitions__suspended_resumes_or_cancels_only():

@@ -24,6 +24,7 @@ from ...time_travel import build_timeline, state_at
 from ...waiting import AdmissionReason, WaitingKind
 from ..replay.replay_pass import lease_lapsed
 from ..store.admission_transitions import holders_of
+from ..store.continue_transitions import successor_of
 from ..store.event_log import last_seq, read_events
 
 
@@ -89,6 +90,8 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "output": run.output if run.status == RunStatus.COMPLETED else None,
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
         "compensation": run.compensation,
+        "continued_from": str(run.continued_from_id) if run.continued_from_id else None,
+        "continued_to": _successor_id(run),
     }
 
 
@@ -118,6 +121,14 @@ def list_summary(run: WorkflowRun) -> dict[str, Any]:
         "error": {"code": error.get("code"), "message": error.get("message")} if error else None,
         "compensation": run.compensation,
     }
+
+
+def _successor_id(run: WorkflowRun) -> str | None:
+    """The run that continues `run` (`wf.continue_as_new`); asked only of a continued run."""
+    if run.status != RunStatus.CONTINUED:
+        return None
+    successor = successor_of(run.pk)
+    return None if successor is None else str(successor)
 
 
 def _step_summary(run: WorkflowRun, step: WorkflowStep) -> dict[str, Any]:

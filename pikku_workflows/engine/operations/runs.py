@@ -38,6 +38,7 @@ from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ...validation import KEY_MAX_LENGTH, checked_text
 from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
+from ..store.continue_transitions import latest_in_chain
 from ..store.leases import new_lease_holder
 from ..store.run_rows import create_run_row
 from .control import settle_refused_txn
@@ -241,7 +242,7 @@ def run_to_completion(
         return wait_for_run(start_workflow(name, input, inline=True), timeout=seconds)
     try:
         with transaction.atomic():
-            run_id = start_workflow(name, input, inline=True)
+            run_id = latest_in_chain(start_workflow(name, input, inline=True))
             status = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True)[0]
             if status not in TERMINAL_RUN_STATUSES and status != RunStatus.SUSPENDED:
                 raise _ParkedInTransaction
@@ -286,6 +287,7 @@ def _timed_out(run_id: Any, timeout: float) -> RunTimeout:
 
 
 def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
+    """The output of the run, or of the last run of its chain (`wf.continue_as_new`)."""
     pk = run_pk(run_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = POLL_FIRST_SECONDS
@@ -295,6 +297,10 @@ def wait_for_run(run_id: Any, *, timeout: float | None = None) -> Any:
             raise missing_run(run_id)
         if run["status"] == RunStatus.COMPLETED:
             return run["output"]
+        if run["status"] == RunStatus.CONTINUED:
+            pk = latest_in_chain(pk)
+            run_id = str(pk)  # what failed or waits is the chain's latest run
+            continue
         ended: type[_RunEnded] | None = {
             RunStatus.FAILED.value: RunFailed,
             RunStatus.CANCELLED.value: RunCancelled,

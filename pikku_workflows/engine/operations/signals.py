@@ -1,8 +1,9 @@
 """`pw.send_signal`: an external event for a run. It is kept until a `wf.wait_for_signal` for
 its name takes it (at once when one is waiting), audited as `signal`, and the run's pass is
-enqueued after the commit when a wait took it. A signal to an ended run is refused
-(`InvalidTransition`), to an unknown one `RunNotFound`: never silently dropped. A run keeps at
-most `MAX_KEPT_SIGNALS` signals no wait has taken; one more is refused (`InvalidTransition`).
+enqueued after the commit when a wait took it. A signal to a continued run goes to the latest
+run of its chain, where the signals no wait took went too (`wf.continue_as_new`). A signal to an
+ended run is refused (`InvalidTransition`), to an unknown one `RunNotFound`: never silently
+dropped. A run keeps at most `MAX_KEPT_SIGNALS` signals no wait has taken; one more is refused (`InvalidTransition`).
 
 A signal sent on someone's behalf (`by=`) needs them to be the run's starter or to hold
 `SIGNAL_PERMISSION`; a refusal is `SignalForbidden`, audited `deny` (docs/approvals-and-signals.md).
@@ -19,9 +20,10 @@ from ...dispatch import enqueue_orchestration
 from ...exceptions import InvalidInput, InvalidTransition, SignalForbidden
 from ...models import WorkflowAuditEntry, WorkflowRun
 from ...serialization import NotStorableJson, round_trip
-from ...status import TERMINAL_RUN_STATUSES
+from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
+from ..store.continue_transitions import successor_of
 from ..store.signal_rows import deliver_signals_txn, keep_signal_txn, kept_signal_count_txn
 from .reads import get_run_status, missing_run, run_pk
 from .users import checked_user
@@ -44,9 +46,9 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
         raise InvalidInput(f"The payload of signal {name!r} is not storable JSON: {exc}") from exc
     by = checked_user(by, "by")
     if by is not None:
-        _check_may_signal(pk, name, by)
+        check_may_signal(pk, name, by)
     with transaction.atomic():
-        status = lock_run_for_signals_txn(pk)
+        pk, status = lock_latest_run_txn(pk)
         if status is None:
             raise missing_run(run_id)
         if status in TERMINAL_RUN_STATUSES:
@@ -77,6 +79,16 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
     return get_run_status(pk)
 
 
+def lock_latest_run_txn(pk: Any) -> tuple[Any, str | None]:
+    """The run that takes a signal sent to `pk`, locked, and its status: `pk` itself, or for a
+    continued run its latest successor (a signal never falls between two links of a chain)."""
+    status = lock_run_for_signals_txn(pk)
+    while status == RunStatus.CONTINUED:
+        pk = successor_of(pk)
+        status = lock_run_for_signals_txn(pk)
+    return pk, status
+
+
 def may_signal(user: Any, started_by_id: Any) -> bool:
     """Whether `user` may send signals to a run `started_by_id` started."""
     if not user.is_active:
@@ -84,7 +96,7 @@ def may_signal(user: Any, started_by_id: Any) -> bool:
     return bool(user.pk == started_by_id or user.has_perm(SIGNAL_PERMISSION))
 
 
-def _check_may_signal(pk: Any, name: str, by: Any) -> None:
+def check_may_signal(pk: Any, name: str, by: Any) -> None:
     """Refuse (`SignalForbidden`) a sender who may not signal the run, with a committed `deny`
     audit row, as a refused approval decision is recorded."""
     run = WorkflowRun.objects.filter(pk=pk).values_list("started_by_id").first()

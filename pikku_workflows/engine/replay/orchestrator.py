@@ -16,12 +16,14 @@ from django.db import Error as DatabaseError
 
 from ... import events
 from ...control_flow import (
+    ContinueAsNew,
     PassAbandoned,
     ReplayDiverged,
     RunInterrupted,
     RunParked,
     SuspendRequested,
 )
+from ...dispatch import prompt_orchestration
 from ...exceptions import (
     GraphRunFailed,
     InvalidTransition,
@@ -37,6 +39,7 @@ from ...observability.log_context import logging_for_run
 from ...registry import registry
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import Compensation, RunStatus
+from ..store.continue_transitions import continue_run, successor_of
 from ..store.leases import (
     abandon_run_lease,
     acquire_run_lease,
@@ -70,14 +73,19 @@ def orchestrate(
     """
     if leased is None:
         leased = _read_and_lease(run_id)
-        if leased is None:
-            return
-    try:
-        ended = _drive(leased, inline_caller)
-    except PassAbandoned as abandoned:
-        raise abandoned.error from abandoned
-    if ended and leased.run.parent_step_id is not None:
-        children.notify_parent(leased.run.pk)
+    while leased is not None:
+        try:
+            ended = _drive(leased, inline_caller)
+        except PassAbandoned as abandoned:
+            raise abandoned.error from abandoned
+        run = leased.run
+        if run.status == RunStatus.CONTINUED:
+            # An inline caller drives the chain to its end, a link at a time (no recursion).
+            leased = _read_and_lease(successor_of(run.pk)) if inline_caller else None
+            continue
+        if ended and run.parent_step_id is not None:
+            children.notify_parent(run.pk)
+        return
 
 
 def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
@@ -171,6 +179,8 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
     except (RunParked, SuspendRequested, RunInterrupted):
         _recorded(rp)
         return False
+    except ContinueAsNew as handover:
+        return _recorded(rp) and _continue(run, holder, rp, handover.input)
     except PassAbandoned:
         with contextlib.suppress(Exception, RunInterrupted):
             record_kept(rp)  # the database may still take it; if not, the step runs again
@@ -263,6 +273,22 @@ def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
         return False
     run.status = status
     events.announce_run_finished(run.pk, status, fields.get("error"), workflow=run.workflow)
+    return True
+
+
+def _continue(run: WorkflowRun, holder: str, rp: ReplayPass, input: Any) -> bool:
+    """End the run continued and create its successor (docs/long-lived-runs.md); an inline
+    caller drives the successor next, otherwise a worker's pass does. True when the run ended."""
+    try:
+        with engine_statements():
+            successor = continue_run(run, input, lease_holder=holder)
+    except (InvalidTransition, RunInterrupted):
+        logger.info("pikku_workflows: run %s changed during its pass; hand-over dropped", run.pk)
+        return False
+    if not rp.inline_caller:
+        prompt_orchestration(successor.pk)  # refused: recovery relays a run with no first pass
+    run.status = RunStatus.CONTINUED
+    events.announce_run_finished(run.pk, RunStatus.CONTINUED, None, workflow=run.workflow)
     return True
 
 

@@ -28,6 +28,11 @@ def run_wait_for_signal(
 ) -> Any:
     validate_step_key(key)
     checked_text(name, "A signal name", max_length=NAME_MAX_LENGTH)
+    return wait_at(rp, key, name, timeout)
+
+
+def wait_at(rp: ReplayPass, key: str, name: str, timeout: int | str | timedelta | None) -> Any:
+    """`wf.wait_for_signal` at a key the caller checked (the engine's own, for `wf.receive`)."""
     timeout_ms = None if timeout is None else parse_duration(timeout, what="signal timeout")
     physical, from_key = rp.allocate_key(key)
     step = rp.steps.get(physical)

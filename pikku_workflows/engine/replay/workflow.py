@@ -12,13 +12,15 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import Error as DatabaseError
 
 from ...approvals.policy import ApprovalOutcome
-from ...control_flow import PassAbandoned
-from ...exceptions import WorkflowDispatchException
+from ...control_flow import ContinueAsNew, PassAbandoned
+from ...exceptions import InvalidInput, WorkflowDispatchException
+from ...serialization import NotStorableJson, round_trip
+from ...updates import Update
 from .approval_steps import run_approval
 from .attempts import record_kept
 from .gather import Drive, StepCall, make_call, run_gather, run_map
@@ -26,6 +28,7 @@ from .patches import run_patched
 from .replay_pass import ReplayPass
 from .signal_steps import run_wait_for_signal
 from .steps import StepOptions, drive_call, resolve_call, run_sleep, run_suspend
+from .update_steps import run_receive, run_reply
 
 
 @contextlib.contextmanager
@@ -221,6 +224,18 @@ class Workflow:
         with engine_statements():
             return run_wait_for_signal(self._replay, key, name, timeout)
 
+    def receive(self, name: str, timeout: int | str | timedelta | None = None) -> Update:
+        """Take the oldest update `name` sent with `pw.update` (waiting for one if none came):
+        a `pw.Update` to answer with `wf.reply`. After `timeout` raises `SignalTimeout`."""
+        with engine_statements():
+            return run_receive(self._replay, name, timeout)
+
+    def reply(self, message: Update, result: Any = None) -> None:
+        """Answer the update `message` with `result` (JSON): its caller's `pw.update` returns
+        it. Answered once; the same reply on a replay changes nothing."""
+        with engine_statements():
+            run_reply(self._replay, message, result)
+
     def set_state(self, key: str, value: Any) -> None:
         """Record a run-scoped JSON value (shown in the admin; readable as `wf.state[key]`)."""
         with engine_statements():
@@ -240,6 +255,23 @@ class Workflow:
         and branches nothing."""
         with engine_statements():
             run_patched(self._replay, patch_id)
+
+    @property
+    def history_length(self) -> int:
+        """How many steps the body has reached so far in this pass (replayed or new): what each
+        pass of this run replays, so a long-lived body knows when to `continue_as_new`."""
+        return len(self._replay.reached)
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run `continued` and start its successor with `input`: the same workflow,
+        subject, starter and parent, a fresh history; signals no wait took go with it
+        (docs/long-lived-runs.md). Input that is not storable JSON is `InvalidInput` here, and
+        nothing is written."""
+        try:
+            input = round_trip(input, name="input")
+        except NotStorableJson as exc:
+            raise InvalidInput(f"The input to continue {self.name!r} with: {exc}") from exc
+        raise ContinueAsNew(input)
 
     @property
     def state(self) -> Mapping[str, Any]:

@@ -27,7 +27,7 @@ inserted AS (
     INSERT INTO {run} (id, workflow, status, input, output, error, state, planned_steps,
         graph_hash, code_version, inline, idempotency_key, idempotency_scope, started_by_id,
         subject_type_id, subject_id, parent_run_id, parent_step_id, forked_from_id,
-        lease_holder, lease_expires_at, rerun_requested, wake_at, random_seed, compensation,
+        continued_from_id, lease_holder, lease_expires_at, rerun_requested, wake_at, random_seed, compensation,
         compensation_cause, concurrency_key, priority, not_before, retention_hold, steps_total,
         steps_done, current_step_key, waiting_on, last_error_code, schedule_id, scheduled_for,
         traceparent, created_at, updated_at, finished_at)
@@ -39,7 +39,7 @@ inserted AS (
         %(state)s::jsonb, %(planned_steps)s::jsonb, %(graph_hash)s, %(code_version)s,
         %(inline)s::boolean, %(idempotency_key)s, %(idempotency_scope)s, %(started_by_id)s,
         %(subject_type_id)s, %(subject_id)s, %(parent_run_id)s::uuid,
-        %(parent_step_id)s::uuid, %(forked_from_id)s::uuid,
+        %(parent_step_id)s::uuid, %(forked_from_id)s::uuid, %(continued_from_id)s::uuid,
         CASE WHEN admitted THEN %(lease_holder)s END,
         CASE WHEN admitted
             THEN clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8) END,

@@ -1,0 +1,34 @@
+"""What `wf.receive` and `wf.reply` do during a replay: a receive is a wait for the update's
+signal at the engine's own key (`__receive:<name>`, so its reaches replay like any wait); a reply
+records the answer once (a replay's reply finds it answered and changes nothing)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ...exceptions import InvalidInput
+from ...serialization import NotStorableJson, round_trip
+from ...updates import Update
+from ...validation import NAME_MAX_LENGTH, checked_text
+from ..store.update_transitions import complete_update, update_signal_name
+from .attempts import record_kept
+from .replay_pass import ReplayPass
+from .signal_steps import wait_at
+
+
+def run_receive(rp: ReplayPass, name: str, timeout: int | str | timedelta | None) -> Update:
+    checked_text(name, "An update name", max_length=NAME_MAX_LENGTH)
+    message = wait_at(rp, f"__receive:{name}", update_signal_name(name), timeout)
+    return Update(message["id"], message["name"], message["payload"], message["by"])
+
+
+def run_reply(rp: ReplayPass, message: Update, result: Any) -> None:
+    if not isinstance(message, Update):
+        raise InvalidInput(f"wf.reply answers what wf.receive returned, not {message!r:.60}.")
+    try:
+        result = round_trip(result, name="result")
+    except NotStorableJson as exc:
+        raise InvalidInput(f"The answer to update {message.id!r}: {exc}") from exc
+    record_kept(rp)
+    complete_update(rp.run.pk, message.id, result)

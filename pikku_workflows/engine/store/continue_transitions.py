@@ -1,0 +1,72 @@
+"""A run handing over to its successor (`wf.continue_as_new`): in one transaction the run ends
+`continued`, its successor is created, and what the run was still owed moves to the successor
+(the signals and updates no wait took, the parent's step waiting on it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ...models import WorkflowRun, WorkflowSignal, WorkflowStep, WorkflowUpdate
+from ...status import RunStatus, StepStatus
+from .run_rows import create_run_row
+from .run_transitions import move_run
+
+
+def continue_run(run: WorkflowRun, input: Any, *, lease_holder: str) -> WorkflowRun:
+    """End `run` continued, while `lease_holder` holds its lease, and return its successor: the
+    same workflow, subject, starter and parent, with `input` (already storable JSON), unleased
+    (an inline caller leases it next, else a worker's pass does).
+
+    The guarded move comes first: it locks the run's row, so a signal sent meanwhile either
+    committed before (and moves with the others) or waits and finds the run continued. A second
+    hand-over of the same run finds it moved (`InvalidTransition`, `RunInterrupted`) and rolls
+    back before creating anything; `continued_from` is unique besides.
+    """
+    with transaction.atomic():
+        move_run(
+            run.pk, RunStatus.CONTINUED, expected=[RunStatus.RUNNING], lease_holder=lease_holder
+        )
+        successor = create_run_row(
+            run.workflow,
+            input,
+            inline=False,
+            continued_from_id=run.pk,
+            started_by_id=run.started_by_id,
+            subject_type_id=run.subject_type_id,
+            subject_id=run.subject_id,
+            parent_run_id=run.parent_run_id,
+            parent_step_id=run.parent_step_id,
+        )
+        WorkflowUpdate.objects.filter(run_id=run.pk, signal__consumed_at__isnull=True).update(
+            run_id=successor.pk
+        )
+        WorkflowSignal.objects.filter(run_id=run.pk, consumed_at__isnull=True).update(
+            run_id=successor.pk
+        )
+        if run.parent_step_id is not None:
+            # The parent waits for the chain's end, which is now its successor's.
+            WorkflowStep.objects.filter(
+                pk=run.parent_step_id, child_run_id=run.pk, status=StepStatus.WAITING
+            ).update(child_run_id=successor.pk)
+    return successor
+
+
+def successor_of(run_id: Any) -> Any:
+    """The id of the run that continues `run_id`, or None."""
+    runs = WorkflowRun.objects.filter(continued_from_id=run_id)
+    return runs.values_list("pk", flat=True).first()
+
+
+def chain_from(run_id: Any) -> list[Any]:
+    """`run_id` and the ids of the runs that continue it, in order."""
+    chain = [run_id]
+    while (successor := successor_of(chain[-1])) is not None:
+        chain.append(successor)
+    return chain
+
+
+def latest_in_chain(run_id: Any) -> Any:
+    """The id of the run that goes on for `run_id`: itself, or its last successor."""
+    return chain_from(run_id)[-1]

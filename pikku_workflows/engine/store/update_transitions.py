@@ -1,0 +1,59 @@
+"""Updates in the tables (`pw.update`): accepted as a row and sent to the run as a signal of the
+engine's own name (so `wf.receive` takes them in order, each once, and a hand-over moves them
+with the other signals), then completed once by `wf.reply`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ...models import WorkflowUpdate
+from ...querysets import DatabaseNow
+from .signal_rows import keep_signal_txn
+
+# Signals of this prefix carry updates: `:` is no part of a name `pw.update` accepts.
+UPDATE_SIGNAL_PREFIX = "update:"
+
+
+def update_signal_name(name: str) -> str:
+    return f"{UPDATE_SIGNAL_PREFIX}{name}"
+
+
+def existing_update_txn(run_ids: list[Any], update_id: str) -> WorkflowUpdate | None:
+    """Inside the run's lock: the update `update_id` already names on one of `run_ids`."""
+    assert transaction.get_connection().in_atomic_block
+    return WorkflowUpdate.objects.filter(run_id__in=run_ids, update_id=update_id).first()
+
+
+def pending_update_count_txn(run_id: Any) -> int:
+    """Inside the run's lock: how many of its updates no `wf.reply` answered yet."""
+    assert transaction.get_connection().in_atomic_block
+    return WorkflowUpdate.objects.filter(run_id=run_id, completed_at__isnull=True).count()
+
+
+def accept_update_txn(
+    run_id: Any, name: str, update_id: str, payload: Any, by: Any
+) -> WorkflowUpdate:
+    """Inside the run's lock: keep the update and hand it to a `wf.receive` waiting for it."""
+    assert transaction.get_connection().in_atomic_block
+    update = WorkflowUpdate.objects.create(
+        run_id=run_id, name=name, update_id=update_id, payload=payload, sent_by=by
+    )
+    message = {
+        "id": update_id,
+        "name": name,
+        "payload": payload,
+        "by": by.get_username() if by is not None else None,
+    }
+    update.signal = keep_signal_txn(run_id, update_signal_name(name), message, by)
+    update.save(update_fields=["signal"])
+    return update
+
+
+def complete_update(run_id: Any, update_id: str, result: Any) -> bool:
+    """Record the answer to the update, once: a replay's `wf.reply` finds it answered."""
+    answered = WorkflowUpdate.objects.filter(
+        run_id=run_id, update_id=update_id, completed_at__isnull=True
+    )
+    return bool(answered.update(result=result, completed_at=DatabaseNow()))

@@ -1,0 +1,183 @@
+"""`pw.update`: the validator runs in the caller and a refusal writes nothing; an accepted update
+is taken in order by `wf.receive` and answered by `wf.reply`; the same `update_id` is one
+update; an unanswered update times out and stays; ended runs refuse updates, continued runs
+forward them to their latest run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+import pikku_workflows as pw
+from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.models import WorkflowRun, WorkflowSignal, WorkflowUpdate
+from tests.concurrency.harness import elsewhere
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def positive_price(input, state, payload):
+    if payload["price"] <= 0:
+        raise pw.UpdateRejected(f"price must be positive, not {payload['price']}")
+
+
+@pytest.fixture
+def cart() -> str:
+    """Takes `add` updates, answering each with the running total, until `input["items"]`."""
+
+    @pw.workflow("updates.cart", updates={"add": positive_price})
+    def cart(wf, input):
+        total = 0
+        for _ in range(input["items"]):
+            message = wf.receive("add")
+            total += message.payload["price"]
+            wf.reply(message, {"total": total, "by": message.by})
+        return total
+
+    return "updates.cart"
+
+
+def drive_in_background(run_id):
+    """A worker's pass of the run, on another connection, while the caller waits."""
+
+    def drive():
+        try:
+            while not WorkflowUpdate.objects.filter(run_id=run_id).exists():
+                time.sleep(0.01)
+            orchestrate(run_id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_update__is_answered_by_the_run(cart):
+    run_id = pw.start_workflow(cart, {"items": 2}, inline=True)
+    worker = drive_in_background(run_id)
+
+    answer = pw.update(run_id, "add", {"price": 5}, timeout="20s")
+
+    worker.join(30)
+    assert answer == {"total": 5, "by": None}
+    update = WorkflowUpdate.objects.get()
+    assert (update.name, update.payload, update.result) == (
+        "add",
+        {"price": 5},
+        {"total": 5, "by": None},
+    )
+    assert update.completed_at is not None
+
+
+def test_update__accepted_returns_its_id_and_the_run_takes_updates_in_order(cart):
+    run_id = pw.start_workflow(cart, {"items": 2})
+
+    first = pw.update(run_id, "add", {"price": 2}, wait="accepted")
+    second = pw.update(run_id, "add", {"price": 3}, wait="accepted", update_id="second")
+    orchestrate(run_id)
+
+    assert second == "second"
+    assert WorkflowRun.objects.get(pk=run_id).output == 5
+    answers = dict(WorkflowUpdate.objects.values_list("update_id", "result"))
+    assert answers == {first: {"total": 2, "by": None}, "second": {"total": 5, "by": None}}
+
+
+def test_update__a_rejected_update_writes_nothing(cart):
+    run_id = pw.start_workflow(cart, {"items": 1})
+
+    with pytest.raises(pw.UpdateRejected, match="price must be positive"):
+        pw.update(run_id, "add", {"price": 0})
+
+    assert not WorkflowUpdate.objects.exists()
+    assert not WorkflowSignal.objects.exists()
+
+
+def test_update__a_validator_that_breaks_is_a_clear_refusal_and_writes_nothing(cart):
+    run_id = pw.start_workflow(cart, {"items": 1})
+
+    with pytest.raises(pw.UpdateRejected, match="validator of update 'add' failed"):
+        pw.update(run_id, "add", {"cost": 1})  # the validator's KeyError
+
+    assert not WorkflowUpdate.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "error"),
+    [
+        ("remove", {"price": 1}, pw.InvalidInput),  # no such update
+        ("add", {"price": float("nan")}, pw.InvalidInput),
+    ],
+)
+def test_update__bad_input_is_refused_and_writes_nothing(cart, name, payload, error):
+    run_id = pw.start_workflow(cart, {"items": 1})
+
+    with pytest.raises(error):
+        pw.update(run_id, name, payload)
+
+    assert not WorkflowUpdate.objects.exists()
+
+
+def test_update__the_same_update_id_is_one_update(cart):
+    run_id = pw.start_workflow(cart, {"items": 3})
+
+    ids = [pw.update(run_id, "add", {"price": 1}, wait="accepted", update_id="once") for _ in "ab"]
+    orchestrate(run_id)
+
+    assert ids == ["once", "once"]
+    assert WorkflowUpdate.objects.count() == 1
+    assert pw.update(run_id, "add", {"price": 1}, update_id="once") == {"total": 1, "by": None}
+
+
+def test_update__unanswered_times_out_and_stays_accepted(cart):
+    run_id = pw.start_workflow(cart, {"items": 1})
+
+    with pytest.raises(pw.UpdateTimeout):
+        pw.update(run_id, "add", {"price": 1}, timeout="50ms", update_id="late")
+
+    assert WorkflowUpdate.objects.get().update_id == "late"
+    orchestrate(run_id)
+    assert WorkflowRun.objects.get(pk=run_id).output == 1
+
+
+def test_update__to_an_ended_run_is_an_invalid_transition(cart):
+    run_id = pw.start_workflow(cart, {"items": 0}, inline=True)
+
+    with pytest.raises(pw.InvalidTransition):
+        pw.update(run_id, "add", {"price": 1})
+
+    assert not WorkflowUpdate.objects.exists()
+
+
+def test_update__more_than_the_pending_limit_is_refused(cart, settings):
+    settings.PIKKU_WORKFLOWS = {**settings.PIKKU_WORKFLOWS, "MAX_PENDING_UPDATES": 2}
+    run_id = pw.start_workflow(cart, {"items": 5})
+    for _ in range(2):
+        pw.update(run_id, "add", {"price": 1}, wait="accepted")
+
+    with pytest.raises(pw.InvalidTransition, match="MAX_PENDING_UPDATES"):
+        pw.update(run_id, "add", {"price": 1}, wait="accepted")
+
+    assert WorkflowUpdate.objects.count() == 2
+
+
+def test_update__to_a_continued_run_goes_to_its_successor():
+    @pw.workflow("updates.chain", updates={"add": positive_price})
+    def chain(wf, input):
+        if input["link"] == 0:
+            wf.continue_as_new({"link": 1})
+        message = wf.receive("add")
+        wf.reply(message, input["link"])
+        return "done"
+
+    first = pw.start_workflow("updates.chain", {"link": 0})
+    kept = pw.update(first, "add", {"price": 1}, wait="accepted")  # before the hand-over
+    orchestrate(first)
+    successor = WorkflowRun.objects.get(continued_from_id=first)
+
+    assert elsewhere(lambda: orchestrate(successor.pk)) is None
+    assert pw.update(first, "add", {"price": 1}, update_id=kept) == 1
+    assert WorkflowUpdate.objects.get().run_id == successor.pk
