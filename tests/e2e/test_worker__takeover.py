@@ -55,7 +55,10 @@ def test_worker__a_frozen_step_is_taken_over_within_one_lease_beside_a_busy_pass
     )
 
     assert (taken.created_at - lapsed).total_seconds() < LEASE_SECONDS
-    [second] = [a for a in attempts(frozen_log) if a["attempt"] == 2]
+    # The claim's history row commits before the step's body starts and logs its attempt.
+    [second] = wait_until(
+        lambda: [a for a in attempts(frozen_log) if a["attempt"] == 2], 60, "attempt 2 to start"
+    )
     assert second["pid"] != first["pid"]
     assert {a["run_id"] for a in attempts(busy_log)} <= set(busy_runs)
 
