@@ -66,6 +66,7 @@ def fire_due_schedules() -> int:
 def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
     fired, failed = 0, list[Any]()
     while fired + len(failed) < limit:
+        due: list[WorkflowSchedule] = []
         try:
             with transaction.atomic():
                 due = claims.lock_due_schedules_txn(1, workflows, excluded=failed)
@@ -74,6 +75,8 @@ def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
                 fire_schedule_txn(due[0], due[0].database_now)  # type: ignore[attr-defined]
             fired += 1
         except DatabaseError as exc:
+            if not due:
+                raise  # the claim itself failed: the database is down, not one schedule
             failed.append(due[0].pk)
             outages.failed(f"firing schedule {due[0].name!r}", exc)
     return fired
