@@ -13,7 +13,14 @@ from django.db.models import Count, Min
 from django.db.models.functions import Coalesce
 
 from .. import dispatch
-from ..models import WorkflowApproval, WorkflowRun, WorkflowStep, WorkflowWorker
+from ..models import (
+    WorkflowApproval,
+    WorkflowRun,
+    WorkflowSchedule,
+    WorkflowSlot,
+    WorkflowStep,
+    WorkflowWorker,
+)
 from ..querysets import DatabaseNow, database_ago, waiting_on_q
 from ..registry import registry
 from ..status import RunStatus, StepStatus
@@ -43,6 +50,8 @@ GAUGES: dict[str, str] = {
     "pikku_approvals_pending": "Pending approvals of live runs, by workflow.",
     "pikku_approvals_oldest_pending_age_seconds": "Age of the oldest pending approval, by workflow.",
     "pikku_workers_seen": "pikku_worker processes whose heartbeat is current, by cluster.",
+    "pikku_slots_in_use": "Concurrency slots held by admitted runs, by workflow.",
+    "pikku_schedule_lag_seconds": "How long the most overdue unpaused schedule has been due, by workflow (0 when none is).",
 }
 
 
@@ -57,6 +66,8 @@ def read_gauges() -> Iterator[Gauge]:
     yield _gauge("pikku_approvals_pending", ("workflow",), count)
     yield _gauge("pikku_approvals_oldest_pending_age_seconds", ("workflow",), age)
     yield _gauge("pikku_workers_seen", ("cluster",), _workers_seen())
+    yield _gauge("pikku_slots_in_use", ("workflow",), _slots_in_use())
+    yield _gauge("pikku_schedule_lag_seconds", ("workflow",), _schedule_lag())
 
 
 def _gauge(name: str, labels: tuple[str, ...], samples: Samples) -> Gauge:
@@ -158,3 +169,22 @@ def _workers_seen() -> Samples:
         .annotate(n=Count("*"))
     )
     return [((cluster,), float(n)) for cluster, n in rows]
+
+
+def _slots_in_use() -> Samples:
+    """Per workflow, not per key: a key can name a customer or a tenant."""
+    rows = WorkflowSlot.objects.order_by().values_list("run__workflow").annotate(n=Count("*"))
+    return [((workflow,), float(n)) for workflow, n in rows]
+
+
+def _schedule_lag() -> Samples:
+    rows = (
+        WorkflowSchedule.objects.filter(paused=False, next_fire_at__isnull=False)
+        .order_by()
+        .values_list("workflow")
+        .annotate(due_since=Min("next_fire_at"), now=DatabaseNow())
+    )
+    return [
+        ((workflow,), max(0.0, (now - due_since).total_seconds()))
+        for workflow, due_since, now in rows
+    ]

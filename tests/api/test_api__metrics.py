@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowStep
 from pikku_workflows.observability.gauges import GAUGES
 from pikku_workflows.tasks import orchestrate
 from tests.api.conftest import API
@@ -168,3 +168,29 @@ def test_metrics__cached_between_scrapes(settings: Any, shop: Shop) -> None:
     assert scrape() == first
     settings.PIKKU_WORKFLOWS = {"METRICS_TOKEN": TOKEN, "METRICS_CACHE_SECONDS": 0}
     assert sample(scrape(), "pikku_runs", workflow=shop.workflow, status="completed") == 2
+
+
+def test_metrics__concurrency_slots_in_use_by_workflow_never_by_key() -> None:
+    @pw.workflow("metrics_tests.sync", concurrency=pw.Concurrency(key="customer-7", max_active=1))
+    def sync(wf: pw.Workflow, input: Any) -> None:
+        wf.sleep("wait", "1h")
+
+    held = pw.start_workflow("metrics_tests.sync", {})
+    queued = pw.start_workflow("metrics_tests.sync", {})
+    orchestrate(held)
+
+    samples = scrape()
+    assert sample(samples, "pikku_slots_in_use", workflow="metrics_tests.sync") == 1
+    assert WorkflowRun.objects.get(pk=queued).status == "queued"
+    assert not any("customer-7" in str(labels) for _, labels in samples)
+
+
+def test_metrics__schedule_lag_of_the_most_overdue_unpaused_schedule(shop: Shop) -> None:
+    pw.create_schedule("hourly", shop.workflow, every="1h")
+    pw.create_schedule("paused", shop.workflow, every="1h", paused=True)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    WorkflowSchedule.objects.update(next_fire_at=two_hours_ago)
+
+    lag = sample(scrape(), "pikku_schedule_lag_seconds", workflow=shop.workflow)
+
+    assert lag is not None and 2 * 3600 <= lag < 3 * 3600
