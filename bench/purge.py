@@ -21,7 +21,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 100_000
@@ -29,33 +28,11 @@ STEPS = 10
 CLAIMABLE_RUNS = 3_000  # running runs whose pending steps the claimer takes, 10 each
 WORKFLOW = "bench.purge_order"
 
-
-def recreate_database(url: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+sys.path.insert(0, str(ROOT))
+from bench.api import recreate_database, setup_django  # noqa: E402 - the bench's own database
 
 
-def setup_django(url: str) -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    os.environ["DJANGO_DEBUG"] = "0"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", interactive=False, verbosity=0)
-
+def register_workflow() -> None:
     import pikku_workflows as pw
 
     @pw.workflow(WORKFLOW)
@@ -211,6 +188,7 @@ def main() -> None:
 
     recreate_database(args.database_url)
     setup_django(args.database_url)
+    register_workflow()
     began = time.perf_counter()
     fill(args.runs)
     print(
