@@ -24,7 +24,8 @@ from django.utils.safestring import SafeString
 
 import pikku_workflows as pw
 
-from ..engine.operations.control import FORK, OPERATION_RULES, RETRY, Rule, split_for_fork
+from ..engine.operations.control import FORK, OPERATION_RULES, RETRY, split_for_fork
+from ..engine.operations.rules import Rule
 from ..models import WorkflowRun
 from ..status import Compensation, StepStatus
 from ..step_keys import is_engine_key
@@ -40,7 +41,7 @@ FORK_PREVIEW_CHOICES = 100
 @dataclass(frozen=True)
 class Operation:
     """An engine operation as the admin offers it: its row of the operations table
-    (`control.Rule`: function, permission, status rule) and how the admin words it."""
+    (`rules.Rule`: function, permission, status rule) and how the admin words it."""
 
     engine_rule: Rule
 

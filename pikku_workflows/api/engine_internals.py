@@ -12,7 +12,7 @@ without reading each row again)."""
 from __future__ import annotations
 
 from ..engine.operations.approval_reads import approval_dict, approval_pk, decidable_by, visible_to
-from ..engine.operations.control import OPERATION_RULES, Rule
+from ..engine.operations.control import OPERATION_RULES
 from ..engine.operations.holds import HOLD, HOLD_PERMISSION, RELEASE
 from ..engine.operations.limits import get_limit, list_limits, update_limit
 from ..engine.operations.reads import (
@@ -22,6 +22,7 @@ from ..engine.operations.reads import (
     summarize,
     timeline_after,
 )
+from ..engine.operations.rules import Rule
 from ..engine.operations.run_changes import RunMark, changed_runs
 from ..engine.operations.runs import start_run
 from ..engine.operations.schedules import schedule_dict

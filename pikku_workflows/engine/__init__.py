@@ -28,6 +28,7 @@ operations, what adapters call:
   and the operations table (`OPERATION_RULES`: each one's function, permission and accepted
   statuses), from which the admin, the API and the `pikku` command offer them; a start
   its concurrency rule skipped or that replaces the oldest active run.
+- `operations.rules`: what an operator action is (`Rule`, `Flag`), as every adapter offers it.
 - `operations.holds`: `hold_run`: a hold keeps a run from every purge until it is released.
 - `operations.reads`: what a run looks like from outside: status summary, `waiting_on`,
   timeline, state.

@@ -30,8 +30,9 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 
-from ...engine.operations.control import OPERATION_RULES, Rule
+from ...engine.operations.control import OPERATION_RULES
 from ...engine.operations.reads import list_summary
+from ...engine.operations.rules import Rule
 from ...querysets import RunLevel
 from ...status import RunStatus
 from ...waiting import WaitingKind, waiting_for_a_worker
