@@ -143,7 +143,7 @@ def _hand_over_and_exit(signum: int) -> None:
     deadline = time.monotonic() + HANDOVER_SECONDS + RELEASE_SECONDS
     shut_down_gracefully(HANDOVER_SECONDS)
     # Release from this thread (its own connection): the main one may be mid-query.
-    held = heartbeat.held_steps()
+    held = heartbeat.hand_back_steps()
     if held:
         releaser = threading.Thread(target=_release, args=(held,), daemon=True)
         releaser.start()

@@ -24,7 +24,7 @@ from pikku_workflows.engine.replay.attempts import (
     record_outcome,
 )
 from pikku_workflows.engine.replay.orchestrator import orchestrate
-from pikku_workflows.engine.store.leases import release_step_leases, renew_leases
+from pikku_workflows.engine.store.leases import Heartbeat, release_step_leases, renew_leases
 from pikku_workflows.exceptions import InvalidTransition, StepSuperseded
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.retry import RetryPolicy
@@ -284,6 +284,26 @@ def test_renew_leases__racing_stale_renewals_never_touch_the_current_lease(body_
         2,
         lease,
     )
+
+
+def test_heartbeat__steps_handed_back_stay_released_while_the_process_lives_on(body_log):
+    # A terminated worker releases its step leases, then waits for its children: its heartbeat,
+    # renewing every third of a lease meanwhile, must not push the released leases out again.
+    _, current = stale_and_current_attempts({})
+    claimed = reread(current).lease_expires_at
+    beat = Heartbeat()
+    with override_settings(PIKKU_WORKFLOWS={"STEP_LEASE_SECONDS": 1, "RUN_LEASE_SECONDS": 1}):
+        beat.hold_step(current.pk, current.attempt)
+        wait_until(lambda: reread(current).lease_expires_at != claimed, 5, "a renewal")
+
+        held = beat.hand_back_steps()
+        assert held == [(current.pk, current.attempt)]
+        assert release_step_leases(held) == 1
+        released = reread(current).lease_expires_at
+
+        # Holding no run and renewing no step, the heartbeat's thread ends at its next wake.
+        wait_until(lambda: beat._thread is None, 5, "the heartbeat to stop renewing")
+    assert reread(current).lease_expires_at == released
 
 
 def _locking_selects(context: CaptureQueriesContext) -> list[str]:

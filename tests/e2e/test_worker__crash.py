@@ -21,6 +21,7 @@ import pikku_workflows as pw
 import tests.e2e.workflows  # noqa: F401 - registers the workflows the worker runs
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowWorker
 from pikku_workflows.status import RunStatus, StepStatus
+from pikku_workflows.worker_process import HANDOVER_SECONDS, RELEASE_SECONDS
 from pikku_workflows.worker_registration import with_silence
 from tests.conftest import wait_until
 from tests.e2e.conftest import WORKER_SETTINGS, alive, descendants
@@ -147,7 +148,9 @@ def test_worker__sigterm_to_its_process_group_releases_the_step_lease(start_work
     os.killpg(worker.pid, signal.SIGTERM)
     signalled = timezone.now()
 
-    worker.process.wait(15)
+    # It lets the step running in place go on for HANDOVER_SECONDS (this one never ends in
+    # time), then hands the lease back within RELEASE_SECONDS; the rest is slack for a busy box.
+    worker.process.wait(HANDOVER_SECONDS + RELEASE_SECONDS + 30)
     wait_until(lambda: not alive(tree), 5, f"the worker's children {alive(tree)} to exit")
     step = WorkflowStep.objects.get(run_id=run_id, step_key="slow")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)

@@ -120,6 +120,10 @@ class Heartbeat:
         self._steps: dict[tuple[Any, int], int] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        # Held across a renewal's statement, so that handing steps back can wait for one in
+        # flight: a renewal committing after the release would push the lease out again.
+        self._renewing = threading.Lock()
+        self._handing_back = False
         # Told +1 / -1 as attempts start and stop being held (pikku_worker counts steps in flight).
         self.count_steps: Callable[[int], None] | None = None
 
@@ -151,8 +155,11 @@ class Heartbeat:
         if dropped and self.count_steps is not None:
             self.count_steps(-1)
 
-    def held_steps(self) -> list[tuple[Any, int]]:
-        with self._lock:
+    def hand_back_steps(self) -> list[tuple[Any, int]]:
+        """The steps this process holds, renewed no more from now on (once a renewal in flight
+        has committed), so that a release of their leases that follows stays released."""
+        with self._renewing, self._lock:
+            self._handing_back = True
             return list(self._steps)
 
     def _ensure_thread(self) -> None:
@@ -168,17 +175,18 @@ class Heartbeat:
         try:
             while True:
                 self._wake.wait(self._interval())
-                with self._lock:
-                    runs = dict(self._runs)
-                    steps = list(self._steps)
-                    if not runs and not steps:
-                        self._thread = None
-                        return
-                try:
-                    renew_leases(list(runs), list(runs.values()), steps)
-                except Exception as exc:
-                    outages.failed("renewing leases", exc)
-                    close_old_connections()
+                with self._renewing:
+                    with self._lock:
+                        runs = dict(self._runs)
+                        steps = [] if self._handing_back else list(self._steps)
+                        if not runs and not steps:
+                            self._thread = None
+                            return
+                    try:
+                        renew_leases(list(runs), list(runs.values()), steps)
+                    except Exception as exc:
+                        outages.failed("renewing leases", exc)
+                        close_old_connections()
         finally:
             connection.close()
 
