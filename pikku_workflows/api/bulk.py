@@ -73,8 +73,9 @@ def preview(runs: QuerySet[WorkflowRun], rule: Rule) -> Preview:
     )
 
 
-def perform(plan: Preview, *, by: Any, reason: str) -> dict[str, Any]:
-    """Call the engine's operation on every eligible run; one refusal never stops the others."""
+def perform(plan: Preview, *, by: Any, reason: str, **flags: bool) -> dict[str, Any]:
+    """Call the engine's operation (with its yes/no `flags`) on every eligible run; one refusal
+    never stops the others."""
     if plan.eligible_count > BULK_LIMIT:
         raise pw.InvalidInput(
             f"{plan.eligible_count} runs are eligible; one request acts on at most {BULK_LIMIT}: "
@@ -84,7 +85,7 @@ def perform(plan: Preview, *, by: Any, reason: str) -> dict[str, Any]:
     outcomes = []
     for pk in plan.eligible:
         try:
-            summary = operation(pk, reason=reason, by=by)
+            summary = operation(pk, reason=reason, by=by, **flags)
         except pw.WorkflowError as exc:
             outcomes.append(
                 {"id": str(pk), "outcome": "failed", "status": None} | {"error": error_body(exc)}

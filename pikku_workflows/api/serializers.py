@@ -63,16 +63,20 @@ class OperationSerializer(serializers.Serializer):
     )
 
 
+def flag_fields(rule: Rule) -> dict[str, serializers.Field]:
+    """The operation's yes/no flags as body fields, false unless sent."""
+    return {
+        flag.name: serializers.BooleanField(required=False, default=False, help_text=flag.help)
+        for flag in rule.flags
+    }
+
+
 def operation_serializer(rule: Rule) -> type[serializers.Serializer]:
     """The body of `POST runs/{id}/<action>/`: the reason, and the operation's yes/no flags."""
     if not rule.flags:
         return OperationSerializer
-    fields = {
-        flag.name: serializers.BooleanField(required=False, default=False, help_text=flag.help)
-        for flag in rule.flags
-    }
     name = f"{rule.action.capitalize()}OperationSerializer"
-    return type(name, (OperationSerializer,), fields)
+    return type(name, (OperationSerializer,), flag_fields(rule))
 
 
 class ForkSerializer(OperationSerializer):
@@ -122,7 +126,13 @@ class BulkOptionsSerializer(OperationSerializer):
     )
 
 
-class BulkSerializer(BulkOptionsSerializer):
+def bulk_options_serializer(rule: Rule) -> type[serializers.Serializer]:
+    """The options of `POST runs/bulk/<action>/`: dry_run, the reason and the operation's flags."""
+    name = f"Bulk{rule.action.capitalize()}OptionsSerializer"
+    return type(name, (BulkOptionsSerializer,), flag_fields(rule))
+
+
+class BulkFiltersSerializer(BulkOptionsSerializer):
     """The list's filters (at least one), as JSON values, plus the operation's options.
 
     Describes the body for the schema; the filters are validated by the list's FilterSet.
@@ -154,7 +164,24 @@ class BulkSerializer(BulkOptionsSerializer):
     q = serializers.CharField(required=False, max_length=MAX_KEY)
 
 
-BULK_OPTIONS = ("reason", "dry_run")
+def _every_bulk_flag() -> dict[str, serializers.Field]:
+    """Each flag of a bulk operation, its help naming the operations that take it."""
+    fields: dict[str, serializers.Field] = {}
+    for flag in {flag for rule in OPERATION_RULES.values() if rule.bulk for flag in rule.flags}:
+        actions = [rule.action for rule in OPERATION_RULES.values() if flag in rule.flags]
+        help_text = f"{', '.join(actions)} only: {flag.help}"
+        fields[flag.name] = serializers.BooleanField(
+            required=False, default=False, help_text=help_text
+        )
+    return fields
+
+
+# The body of a bulk operation as the schema shows it: the filters, the options, every flag.
+BulkSerializer = type("BulkSerializer", (BulkFiltersSerializer,), _every_bulk_flag())
+
+
+def bulk_option_names(rule: Rule) -> tuple[str, ...]:
+    return ("reason", "dry_run", *(flag.name for flag in rule.flags))
 
 
 class DecisionSerializer(serializers.Serializer):

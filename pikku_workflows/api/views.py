@@ -68,9 +68,7 @@ from .permissions import (
 )
 from .schema import SIGNAL_ERRORS, UPDATE_ERRORS, documented, errors
 from .serializers import (
-    BULK_OPTIONS,
     MAX_SIGNAL_NAME,
-    BulkOptionsSerializer,
     BulkResultSerializer,
     BulkSerializer,
     CountsQuerySerializer,
@@ -92,6 +90,8 @@ from .serializers import (
     TimelineEventSerializer,
     UpdateAnswerSerializer,
     UpdateSerializer,
+    bulk_option_names,
+    bulk_options_serializer,
     operation_serializer,
 )
 from .stream_slots import stream_slots
@@ -500,7 +500,9 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
         body = request.data
         if not isinstance(body, dict):
             raise ValidationError(["Expected a JSON object of filters and options."])
-        unknown = sorted(set(body) - set(BULK_FILTERS) - set(BULK_OPTIONS))
+        rule = bulk.RULES[operation]
+        option_names = bulk_option_names(rule)
+        unknown = sorted(set(body) - set(BULK_FILTERS) - set(option_names))
         if unknown:
             raise ValidationError({name: ["Not a filter of runs."] for name in unknown})
         filters = {name: value for name, value in body.items() if name in BULK_FILTERS}
@@ -511,14 +513,17 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                     "never selects every run by default."
                 ]
             )
-        options = validated(BulkOptionsSerializer, {k: body[k] for k in BULK_OPTIONS if k in body})
+        options = validated(
+            bulk_options_serializer(rule), {k: body[k] for k in option_names if k in body}
+        )
         filterset = RunFilterSet(filters_from_body(filters), self.get_queryset(), request=request)
         if not filterset.is_valid():
             raise filter_utils.translate_validation(filterset.errors)
-        plan = bulk.preview(filterset.qs, bulk.RULES[operation])
+        plan = bulk.preview(filterset.qs, rule)
         if options["dry_run"]:
             return Response(plan.as_data(dry_run=True))
-        return Response(bulk.perform(plan, by=request.user, reason=options["reason"]))
+        flags = {flag.name: options[flag.name] for flag in rule.flags}
+        return Response(bulk.perform(plan, by=request.user, reason=options["reason"], **flags))
 
 
 class LimitViewSet(PikkuAPIMixin, viewsets.ViewSet):

@@ -10,8 +10,9 @@ from django.contrib.contenttypes.models import ContentType
 from django.utils import timezone
 
 import pikku_workflows as pw
+from pikku_workflows.api.bulk import RULES
 from pikku_workflows.api.filters import BULK_FILTERS, RunFilterSet
-from pikku_workflows.api.serializers import BULK_OPTIONS, BulkSerializer
+from pikku_workflows.api.serializers import BulkSerializer, bulk_option_names
 from pikku_workflows.engine.store.run_list_fields import refresh_list_fields
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.status import StepStatus
@@ -260,5 +261,6 @@ def test_counts__unknown_group_is_invalid_input(operator_api):
 
 
 def test_bulk_body__documents_every_list_filter():
-    assert set(BulkSerializer().fields) == {*BULK_FILTERS, *BULK_OPTIONS}
+    options = {name for rule in RULES.values() for name in bulk_option_names(rule)}
+    assert set(BulkSerializer().fields) == {*BULK_FILTERS, *options}
     assert set(BULK_FILTERS) == set(RunFilterSet.base_filters) - {"ordering"}

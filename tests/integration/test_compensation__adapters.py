@@ -1,6 +1,6 @@
 """Cancel with compensation from each adapter that offers the cancel operation: the admin's
-confirmation page (a checkbox), the API's route (`compensate` in its body) and `manage.py pikku`
-(`--compensate`); without it a cancel undoes nothing (docs/code-workflows.md, "Compensation")."""
+confirmation page (a checkbox), the API's route and its bulk operation (`compensate` in the body)
+and `manage.py pikku` (`--compensate`); without it a cancel undoes nothing (docs/code-workflows.md, "Compensation")."""
 
 from __future__ import annotations
 
@@ -67,6 +67,34 @@ def test_api__cancel_with_compensate_undoes_and_audits_it(
     assert response.json()["compensation"] == "running"
     assert WorkflowAuditEntry.objects.get(run_id=waiting, action="cancel").payload["compensate"]
     assert undone(waiting, trip) == ["undo hotel-1", "undo flight-1"]
+
+
+def test_api__bulk_cancel_with_compensate_undoes_each_run(
+    admin_user: Any, waiting: str, trip: dict
+):
+    api = APIClient()
+    api.force_authenticate(admin_user)
+
+    response = api.post(
+        f"{API}runs/bulk/cancel/", {"id": [waiting], "compensate": True}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert response.json()["done_count"] == 1
+    assert undone(waiting, trip) == ["undo hotel-1", "undo flight-1"]
+
+
+def test_api__a_flag_the_bulk_operation_does_not_take_is_refused(admin_user: Any, waiting: str):
+    api = APIClient()
+    api.force_authenticate(admin_user)
+
+    response = api.post(
+        f"{API}runs/bulk/suspend/", {"id": [waiting], "compensate": True}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "compensate" in response.json()["fields"]
+    assert WorkflowRun.objects.get(pk=waiting).status == RunStatus.RUNNING
 
 
 @pytest.mark.parametrize("value", ["maybe", 2, None, [True]])
