@@ -40,7 +40,7 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.continue_transitions import latest_in_chain
 from ..store.leases import new_lease_holder
-from ..store.run_rows import create_run_row
+from ..store.run_rows import start_run_row
 from .control import settle_refused_txn
 from .reads import get_run_status, missing_run, run_pk
 from .users import checked_user
@@ -168,7 +168,8 @@ class IdempotencyKey:
 def _create_or_reuse(
     key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any]
 ) -> tuple[WorkflowRun, bool]:
-    """The new run (an inline one born leased to `holder`), or the one `key` already names."""
+    """The new run (an inline one born leased to `holder`), or the one `key` already names, or
+    the debounced run the start joined (not created: False)."""
     existing = key.existing_run()
     if existing is not None:
         return _same_input(existing, input, key), False
@@ -180,7 +181,7 @@ def _create_or_reuse(
     guarded = transaction.atomic if in_transaction or settles else nullcontext
     try:
         with guarded():
-            run = create_run_row(
+            run, joined = start_run_row(
                 key.workflow,
                 input,
                 inline=holder is not None,
@@ -192,12 +193,12 @@ def _create_or_reuse(
             if getattr(run, "refused_slot", False):
                 settle_refused_txn(run)
     except IntegrityError:
-        # Another caller created the run with this key between our read and insert.
+        # Another caller created (or joined) the run with this key between our read and write.
         existing = key.existing_run()
         if existing is None:
             raise
         return _same_input(existing, input, key), False
-    return run, True
+    return run, not joined
 
 
 def _same_input(run: WorkflowRun, input: Any, key: IdempotencyKey) -> WorkflowRun:
