@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows.engine.operations.timers import fire_due_timers
@@ -183,6 +184,25 @@ def test_debounce__with_a_concurrency_rule_the_run_waits_for_its_slot_after_its_
     # Still queued, so still the key's window: a later start joins it.
     assert pw.start_workflow("hooks.mutex", {"shop": "a", "n": 3}) == waiting
     assert load_run(waiting).input == {"shop": "a", "n": 3}
+
+
+@pytest.mark.postgres
+def test_debounce__opening_a_window_costs_one_statement_more_than_a_plain_start_joining_none():
+    @pw.workflow("hooks.plain")
+    def plain(wf, input):
+        return input
+
+    _register()
+    with CaptureQueriesContext(connection) as plain_start:
+        pw.start_workflow("hooks.plain", {"shop": 1})
+    with CaptureQueriesContext(connection) as opening:
+        pw.start_workflow("hooks.sync", {"shop": 1})
+    with CaptureQueriesContext(connection) as joining:
+        pw.start_workflow("hooks.sync", {"shop": 1})
+
+    # The plain start inserts and enqueues its pass; a queued window's run enqueues nothing.
+    assert len(opening) <= len(plain_start) + 1, [query["sql"][:60] for query in opening]
+    assert len(joining) <= len(plain_start), [query["sql"][:60] for query in joining]
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,8 @@ def start_run(
 ) -> tuple[str, bool]:
     """`start_workflow`, also saying whether this call created the run (False: the run the
     idempotency key already named, including when another caller's insert won the race).
-    `origin` holds the engine's own columns of a new run (`schedule`, `scheduled_for`)."""
+    `origin` holds the engine's own columns of a new run (`schedule`, `scheduled_for`); such a
+    run is its tick's own, never joined to a debounce window."""
     definition = registry.get_workflow(name)
     if definition.graph is not None:
         # Step functions may register after the graph: its names are checked at each start.
@@ -121,7 +122,7 @@ def start_run(
     purged = key.purged_run()
     if purged is not None:
         return str(purged), False
-    run, created = _create_or_reuse(key, input, holder, fields)
+    run, created = _create_or_reuse(key, input, holder, fields, debounce=origin is None)
     if created and run.status == RunStatus.RUNNING:
         _begin(run, holder)
     return str(run.pk), created
@@ -166,7 +167,7 @@ class IdempotencyKey:
 
 
 def _create_or_reuse(
-    key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any]
+    key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any], *, debounce: bool
 ) -> tuple[WorkflowRun, bool]:
     """The new run (an inline one born leased to `holder`), or the one `key` already names, or
     the debounced run the start joined (not created: False)."""
@@ -186,6 +187,7 @@ def _create_or_reuse(
                 input,
                 inline=holder is not None,
                 lease_holder=holder,
+                debounce=debounce,
                 idempotency_key=key.key,
                 idempotency_scope=key.scope,
                 **fields,

@@ -67,15 +67,22 @@ def create_run_row(
 
 
 def start_run_row(
-    workflow: str, input: Any, *, inline: bool, lease_holder: str | None = None, **fields: Any
+    workflow: str,
+    input: Any,
+    *,
+    inline: bool,
+    lease_holder: str | None = None,
+    debounce: bool = True,
+    **fields: Any,
 ) -> tuple[WorkflowRun, bool]:
     """The run row of a start (`start_workflow`): `create_run_row`'s, except under a debounce
     rule, where the start joins the queued run its key's window holds (returned with True, only
     its id and status loaded; debounce_transitions) or opens the window: a new run, queued until
     `quiet` has passed, without asking its concurrency rule yet (returned with False). Rates
     are taken only by a start that opens a window. InvalidInput, before anything is written,
-    when a key function fails on `input`."""
-    debouncing = debouncing_for(workflow, input)
+    when a key function fails on `input`. `debounce=False`: `create_run_row`'s, whatever the
+    rule."""
+    debouncing = debouncing_for(workflow, input) if debounce else None
     if debouncing is None:
         return create_run_row(
             workflow, input, inline=inline, lease_holder=lease_holder, **fields
