@@ -220,3 +220,23 @@ def test_debounce__a_key_function_that_fails_is_invalid_input_and_writes_nothing
         pw.start_workflow("hooks.bad", {"shop": 1})
 
     assert not WorkflowRun.objects.exists()
+
+
+def test_debounce__a_suspended_debounced_run_resumes_into_its_queue_outside_any_window():
+    @pw.workflow(
+        "hooks.mutex",
+        concurrency=pw.Concurrency(key="all"),
+        debounce=pw.Debounce(key="all", quiet="1h"),
+    )
+    def body(wf, input):
+        return input
+
+    suspended = pw.start_workflow("hooks.mutex", {"n": 1})
+    pw.suspend_run(suspended, reason="look first")
+    window = pw.start_workflow("hooks.mutex", {"n": 2})
+    assert window != suspended
+
+    # Two queued runs of one debounce key: the resumed one is no window, so nothing collides.
+    assert pw.resume_run(suspended)["status"] == RunStatus.QUEUED
+    assert pw.start_workflow("hooks.mutex", {"n": 3}) == window
+    assert load_run(suspended).input == {"n": 1}
