@@ -240,3 +240,27 @@ def test_debounce__a_suspended_debounced_run_resumes_into_its_queue_outside_any_
     assert pw.resume_run(suspended)["status"] == RunStatus.QUEUED
     assert pw.start_workflow("hooks.mutex", {"n": 3}) == window
     assert load_run(suspended).input == {"n": 1}
+
+
+@pytest.mark.postgres
+def test_debounce__only_the_start_that_opens_a_window_takes_its_limits_rate():
+    pw.define_limit("hooks.vendor", rate="1/h")
+
+    @pw.workflow(
+        "hooks.limited", debounce=pw.Debounce(key="all", quiet="10m"), limits=["hooks.vendor"]
+    )
+    def limited(wf, input):
+        return input
+
+    @pw.workflow("hooks.other", limits=["hooks.vendor"])
+    def other(wf, input):
+        return input
+
+    run_ids = {pw.start_workflow("hooks.limited", {"n": n}) for n in range(5)}
+    later = load_run(pw.start_workflow("hooks.other", {}))
+
+    assert len(run_ids) == 1
+    # Five starts, one of them a start to space: the next start of the limit waits one
+    # emission interval (an hour), not five.
+    waits = later.not_before - later.created_at
+    assert timedelta(minutes=59) < waits < timedelta(hours=1, minutes=1)
