@@ -45,7 +45,7 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
-from .flow import Concurrency
+from .flow import Concurrency, Debounce
 from .registry import (
     define_limit,
     graph_workflow,
@@ -109,6 +109,7 @@ __all__ = [
     "ApprovalOutcome",
     "ApprovalResolved",
     "Concurrency",
+    "Debounce",
     "IdempotencyConflict",
     "InvalidInput",
     "InvalidTransition",

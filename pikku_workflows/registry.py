@@ -18,7 +18,7 @@ from .conf import pikku_settings
 from .determinism import Finding, nondeterministic_calls
 from .durations import parse_duration
 from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
-from .flow import Concurrency, Limit, Priority, checked_limit_names, checked_priority
+from .flow import Concurrency, Debounce, Limit, Priority, checked_limit_names, checked_priority
 from .flow.limits import define
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
@@ -84,6 +84,8 @@ class WorkflowDefinition:
     retention: Mapping[str, int] = field(default_factory=dict)
     # How many runs with the same key may be admitted at once (docs/flow-control.md).
     concurrency: Concurrency | None = None
+    # Which starts collapse into one queued run, and how long it waits for more.
+    debounce: Debounce | None = None
     # The named limits whose rates space its starts.
     limits: tuple[str, ...] = ()
     # Seconds its queued runs go ahead of their start time (or `f(input)`).
@@ -237,6 +239,7 @@ def workflow(
     planned_steps: Iterable[str] | None = None,
     retention: Mapping[str, Any] | None = None,
     concurrency: Concurrency | None = None,
+    debounce: Debounce | None = None,
     limits: Iterable[str] = (),
     priority: Priority = 0,
     schedule: Schedule | Iterable[Schedule] | None = None,
@@ -248,6 +251,8 @@ def workflow(
     the timer loop purges them.
     `concurrency=pw.Concurrency(key=..., max_active=N, on_full=...)` admits at most N runs with
     the same key at once; the others wait `queued`, or are skipped, or replace the oldest.
+    `debounce=pw.Debounce(key=..., quiet="5s", max_wait="1m")` collapses starts with the same
+    key within `quiet` of each other into one queued run, the latest input winning.
     `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the runs' starts.
     `priority` (whole seconds in -3600..3600, or `f(input)`) moves its queued runs ahead:
     admission order is start time less priority (docs/flow-control.md).
@@ -266,6 +271,10 @@ def workflow(
             f"Workflow {name!r}: concurrency must be a pw.Concurrency(...), "
             f"not {type(concurrency).__name__}."
         )
+    if debounce is not None and not isinstance(debounce, Debounce):
+        raise InvalidInput(
+            f"Workflow {name!r}: debounce must be a pw.Debounce(...), not {type(debounce).__name__}."
+        )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         findings = nondeterministic_calls(func)
@@ -281,6 +290,7 @@ def workflow(
                 nondeterminism=findings,
                 retention=kept,
                 concurrency=concurrency,
+                debounce=debounce,
                 limits=limit_names,
                 priority=priority,
                 schedules=schedules,

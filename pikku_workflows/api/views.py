@@ -179,7 +179,10 @@ class DefinitionViewSet(PikkuAPIMixin, viewsets.ViewSet):
         request=StartRunSerializer,
         responses={
             201: RunSummarySerializer,
-            200: OpenApiResponse(RunSummarySerializer, description="The idempotency key's run."),
+            200: OpenApiResponse(
+                RunSummarySerializer,
+                description="The idempotency key's run, or the debounced run the start joined.",
+            ),
             **errors(400, 404, 409, 410, 413),
         },
     )

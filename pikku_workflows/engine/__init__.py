@@ -89,7 +89,11 @@ store, the tables:
 - `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.
 - `store.signal_rows`: signals kept in order and handed to waits, each once; waits timed out.
 - `store.run_state`: the run's state map, merged one key at a time (`run_state.sql`).
-- `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
+- `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`); a start
+  under a debounce rule joins its key's open window or opens one.
+- `store.debounce_transitions`: a start joining the queued run of its key's debounce window (the
+  latest input wins, not_before moved on within max_wait, audited) in one statement
+  (`debounce_transitions.sql`).
 - `store.gather_transitions`: a gather's new queued steps dispatched in one statement
   (`gather_transitions.sql`), and each member's outcome judged against the others: the run is
   woken by the member that settles the gather last.

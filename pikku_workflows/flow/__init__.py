@@ -1,9 +1,11 @@
 """Flow control's rules and their arithmetic (pure: no queries): which runs share a
 concurrency key, how many may be active at once, and what a start does when they are; named
-limits and the rates that space their starts (docs/flow-control.md)."""
+limits and the rates that space their starts; the debounce rule that collapses bursts of starts
+(docs/flow-control.md)."""
 
 from __future__ import annotations
 
+from .debounce import Debounce, run_debounce_key
 from .limits import Limit, checked_limit_names
 from .rates import Rate, parse_rate, schedule_start
 from .rules import (
@@ -17,6 +19,7 @@ from .rules import (
 
 __all__ = [
     "Concurrency",
+    "Debounce",
     "Limit",
     "OnFull",
     "Priority",
@@ -25,6 +28,7 @@ __all__ = [
     "checked_priority",
     "parse_rate",
     "run_concurrency_key",
+    "run_debounce_key",
     "run_priority",
     "schedule_start",
 ]

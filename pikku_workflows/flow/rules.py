@@ -60,15 +60,20 @@ class Concurrency:
 def run_concurrency_key(rule: Concurrency, workflow: str, input: Any) -> str:
     """The key `rule` gives a run of `workflow` started with `input`; InvalidInput when the key
     function raises or returns anything but a non-empty string that fits its column."""
-    if not callable(rule.key):
-        return rule.key
+    return key_of(rule.key, "concurrency", workflow, input)
+
+
+def key_of(key: str | KeyFunction, rule: str, workflow: str, input: Any) -> str:
+    """The key a `rule` ("concurrency", "debounce") declared as `key` gives `input`, checked."""
+    if not callable(key):
+        return key
     try:
-        key = rule.key(input)
+        value = key(input)
     except Exception as exc:
         raise InvalidInput(
-            f"The concurrency key function of {workflow!r} raised {type(exc).__name__}: {exc}"
+            f"The {rule} key function of {workflow!r} raised {type(exc).__name__}: {exc}"
         ) from exc
-    return checked_text(key, f"The concurrency key of {workflow!r}", max_length=KEY_MAX_LENGTH)
+    return checked_text(value, f"The {rule} key of {workflow!r}", max_length=KEY_MAX_LENGTH)
 
 
 # How far (seconds) a queued run's priority moves it ahead of (or behind) its start time.

@@ -104,6 +104,11 @@ class WorkflowRun(models.Model):
     priority = models.IntegerField(default=0)
     # A queued run is not admitted before this time (database clock).
     not_before = models.DateTimeField(null=True, blank=True)
+    # The key its workflow's debounce rule gave it: while it is queued, starts with this key
+    # join it (docs/flow-control.md, "Debounce"); and the time its first start's max_wait runs
+    # out, past which a joining start no longer moves its not_before (NULL: no max_wait).
+    debounce_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
+    debounce_deadline = models.DateTimeField(null=True, blank=True, editable=False)
     # The schedule that started the run, and the nominal time of its tick (`wf.scheduled_for`).
     schedule = models.ForeignKey(
         "WorkflowSchedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
@@ -126,6 +131,13 @@ class WorkflowRun(models.Model):
             models.UniqueConstraint(
                 fields=["workflow", "idempotency_scope", "idempotency_key"],
                 name="pikku_run_idempotency_key_unique",
+            ),
+            # One open debounce window per key: concurrent starts of a key meet on this index
+            # and join the one run (run_rows.sql `insert_run`, debounce_transitions.sql).
+            models.UniqueConstraint(
+                fields=["workflow", "debounce_key"],
+                condition=Q(status="queued", debounce_key__isnull=False),
+                name="pikku_run_debounce_window",
             ),
         ]
         indexes = [

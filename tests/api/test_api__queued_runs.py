@@ -49,3 +49,27 @@ def test_runs__a_queued_run_is_suspended_resumed_into_its_queue_and_cancelled(op
     assert (suspended.status_code, suspended.json()["status"]) == (200, "suspended")
     assert (resumed.status_code, resumed.json()["status"]) == (200, "queued")
     assert (cancelled.status_code, cancelled.json()["status"]) == (200, "cancelled")
+
+
+def test_start__a_start_within_the_debounce_window_answers_200_with_the_run_it_joined(
+    operator_api, client_for, make_user
+):
+    @pw.workflow("api_flow.hook", debounce=pw.Debounce(key=lambda input: input["shop"], quiet="1h"))
+    def hook(wf, input):
+        return input
+
+    starter = client_for(make_user("webhooks", "add_workflowrun"))
+    first = operator_api.post(
+        API + "definitions/api_flow.hook/runs/", {"input": {"shop": "a", "n": 1}}, format="json"
+    )
+    joined = starter.post(
+        API + "definitions/api_flow.hook/runs/", {"input": {"shop": "a", "n": 2}}, format="json"
+    )
+
+    assert (first.status_code, joined.status_code) == (201, 200)
+    summary = joined.json()
+    assert summary["id"] == first.json()["id"]
+    # The latest start is the run's now: its input, and its starter (who may read it).
+    assert (summary["status"], summary["started_by"]) == ("queued", "webhooks")
+    assert summary["waiting_on"]["reason"] == "debounce"
+    assert pw.get_run_status(summary["id"])["waiting_on"]["key"] == "a"

@@ -44,3 +44,18 @@ def test_run_page__says_why_a_run_is_queued_naming_the_runs_holding_its_key(admi
     assert "its concurrency key is full" in content
     assert "held by run" in content
     assert f'title="{holder}"' in content
+
+
+def test_run_page__says_a_debounced_run_waits_for_its_window_and_shows_each_join(admin_client):
+    @pw.workflow("admin_flow.hook", debounce=pw.Debounce(key="shop-3", quiet="1h"))
+    def hook(wf, input):
+        return input
+
+    waiting = pw.start_workflow("admin_flow.hook", {"n": 1})
+    pw.start_workflow("admin_flow.hook", {"n": 2})
+
+    content = unescape(admin_client.get(change_url(waiting)).content.decode())
+
+    assert "key <code>shop-3</code>: its debounce window is open, not before" in content
+    # The audit trail lists the start that joined it.
+    assert "a start with the same debounce key joined this run" in content

@@ -10,13 +10,17 @@ import re
 import pytest
 
 from pikku_workflows import dispatch
-from pikku_workflows.engine.store import run_rows, step_transitions
+from pikku_workflows.engine.store import debounce_transitions, run_rows, step_transitions
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.sql import parse_blocks, without_comments
 
 ALL_STATEMENTS = [
     (step_transitions.STATEMENTS, name) for name in step_transitions.STATEMENTS.blocks
-] + [(run_rows.STATEMENTS, name) for name in run_rows.STATEMENTS.blocks]
+] + [
+    (statements, name)
+    for statements in (run_rows.STATEMENTS, debounce_transitions.STATEMENTS)
+    for name in statements.blocks
+]
 
 
 def stripped(statements, name: str) -> str:
@@ -61,6 +65,27 @@ def test_record_outcome_and_insert_step__records_first_then_guards_then_inserts(
 def test_record_step_outcome_taking_run_lease__never_waits_for_the_run_row():
     text = stripped(step_transitions.STATEMENTS, "record_step_outcome_taking_run_lease")
     assert "FOR NO KEY UPDATE SKIP LOCKED" in text
+
+
+def test_insert_run__meets_an_open_debounce_window_on_its_index_and_inserts_nothing():
+    text = stripped(run_rows.STATEMENTS, "insert_run")
+    clause = (
+        "ON CONFLICT (workflow, debounce_key) WHERE status = 'queued' AND debounce_key IS NOT "
+        "NULL DO NOTHING RETURNING id, status )"
+    )
+    assert clause in text
+    # The clause names the index by its condition: the two must say the same thing.
+    [window] = [c for c in WorkflowRun._meta.constraints if c.name == "pikku_run_debounce_window"]
+    assert sorted(window.condition.children) == [
+        ("debounce_key__isnull", False),
+        ("status", "queued"),
+    ]
+
+
+def test_join_debounced_run__joins_only_a_run_still_queued():
+    text = stripped(debounce_transitions.STATEMENTS, "join_debounced_run")
+    assert text.startswith("WITH joined AS ( UPDATE")
+    assert "AND run.status = %(run_queued)s::text RETURNING" in text
 
 
 def test_statement__a_lock_mentioned_only_in_a_comment_does_not_count():

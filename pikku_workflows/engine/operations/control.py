@@ -330,7 +330,9 @@ def _requeue_txn(pk: uuid.UUID, before: str) -> bool:
     lock_admission_key_txn(rule_name(workflow), key)
     if held_slots(pk):
         return False
-    move_run(pk, RunStatus.QUEUED, expected=[before], error=None)
+    # Back in the queue but not in a debounce window: that closed when it was suspended (and
+    # another start of its key may have opened the next one since).
+    move_run(pk, RunStatus.QUEUED, expected=[before], error=None, debounce_key=None)
     admit_queued_txn(workflow, key)
     return True
 

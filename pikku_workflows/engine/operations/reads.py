@@ -175,20 +175,28 @@ def waiting_on(
 
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
-    """Why a queued run waits: a rate (until `until`), or its concurrency key is full
-    (`held_by`: the runs holding its slots, oldest first)."""
-    # A run without a key waits on nothing but its rate, even just as its time comes.
-    rated = run.concurrency_key is None or (
-        run.not_before is not None and run.not_before > timezone.now()
-    )
-    reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
-    wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
-    if run.concurrency_key is not None:
-        wait["key"] = run.concurrency_key
-    if holders and run.concurrency_key is not None:
-        wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
+    """Why a queued run waits: its debounce window (`key`: the window's, until `until`), a rate
+    (until `until`), or its concurrency key is full (`held_by`: the runs holding its slots,
+    oldest first)."""
+    held = run.not_before is not None and run.not_before > timezone.now()
+    if run.debounce_key is not None and (held or run.concurrency_key is None):
+        wait = _admission(AdmissionReason.DEBOUNCE, run.debounce_key)
+    else:
+        # A run without a key waits on nothing but its rate, even just as its time comes.
+        rated = held or run.concurrency_key is None
+        reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
+        wait = _admission(reason, run.concurrency_key)
+        if holders and run.concurrency_key is not None:
+            wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
     if run.not_before is not None:
         wait["until"] = run.not_before.isoformat()
+    return wait
+
+
+def _admission(reason: AdmissionReason, key: str | None) -> dict[str, Any]:
+    wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
+    if key is not None:
+        wait["key"] = key
     return wait
 
 

@@ -40,7 +40,7 @@ from ..replay.orchestrator import orchestrate
 from ..replay.replay_pass import LeasedRun
 from ..store.continue_transitions import latest_in_chain
 from ..store.leases import new_lease_holder
-from ..store.run_rows import create_run_row
+from ..store.run_rows import start_run_row
 from .control import settle_refused_txn
 from .reads import get_run_status, missing_run, run_pk
 from .users import checked_user
@@ -100,7 +100,8 @@ def start_run(
 ) -> tuple[str, bool]:
     """`start_workflow`, also saying whether this call created the run (False: the run the
     idempotency key already named, including when another caller's insert won the race).
-    `origin` holds the engine's own columns of a new run (`schedule`, `scheduled_for`)."""
+    `origin` holds the engine's own columns of a new run (`schedule`, `scheduled_for`); such a
+    run is its tick's own, never joined to a debounce window."""
     definition = registry.get_workflow(name)
     if definition.graph is not None:
         # Step functions may register after the graph: its names are checked at each start.
@@ -121,7 +122,7 @@ def start_run(
     purged = key.purged_run()
     if purged is not None:
         return str(purged), False
-    run, created = _create_or_reuse(key, input, holder, fields)
+    run, created = _create_or_reuse(key, input, holder, fields, debounce=origin is None)
     if created and run.status == RunStatus.RUNNING:
         _begin(run, holder)
     return str(run.pk), created
@@ -166,9 +167,10 @@ class IdempotencyKey:
 
 
 def _create_or_reuse(
-    key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any]
+    key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any], *, debounce: bool
 ) -> tuple[WorkflowRun, bool]:
-    """The new run (an inline one born leased to `holder`), or the one `key` already names."""
+    """The new run (an inline one born leased to `holder`), or the one `key` already names, or
+    the debounced run the start joined (not created: False)."""
     existing = key.existing_run()
     if existing is not None:
         return _same_input(existing, input, key), False
@@ -180,11 +182,12 @@ def _create_or_reuse(
     guarded = transaction.atomic if in_transaction or settles else nullcontext
     try:
         with guarded():
-            run = create_run_row(
+            run, joined = start_run_row(
                 key.workflow,
                 input,
                 inline=holder is not None,
                 lease_holder=holder,
+                debounce=debounce,
                 idempotency_key=key.key,
                 idempotency_scope=key.scope,
                 **fields,
@@ -192,12 +195,12 @@ def _create_or_reuse(
             if getattr(run, "refused_slot", False):
                 settle_refused_txn(run)
     except IntegrityError:
-        # Another caller created the run with this key between our read and insert.
+        # Another caller created (or joined) the run with this key between our read and write.
         existing = key.existing_run()
         if existing is None:
             raise
         return _same_input(existing, input, key), False
-    return run, True
+    return run, not joined
 
 
 def _same_input(run: WorkflowRun, input: Any, key: IdempotencyKey) -> WorkflowRun:

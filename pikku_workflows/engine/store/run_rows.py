@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ... import events
 from ...conf import pikku_settings
 from ...exceptions import ConcurrencySkipped
-from ...flow import run_priority
+from ...flow import Debounce, run_priority
 from ...models import WorkflowRun, WorkflowVersion
 from ...observability.tracing import caller_traceparent
 from ...querysets import DatabaseNow
@@ -23,10 +24,15 @@ from ...sql import Statements
 from ...status import RunStatus
 from ...waiting import WaitingKind
 from .admission_transitions import Admission, admission_for, save_slot_txn, take_slot_txn
+from .debounce_transitions import Debouncing, debouncing_for, join_debounced_run
 from .leases import run_lease_until
 from .rate_transitions import start_time
 from .tables import engine_names
 from .transitions import on_postgresql
+
+# How many times a start tries to join or open its key's debounce window (each miss is a window
+# that opened and was admitted between its two statements).
+WINDOW_RACES = 5
 
 STATEMENTS = Statements(
     Path(__file__).with_name("run_rows.sql"),
@@ -53,10 +59,58 @@ def create_run_row(
     LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
     taken first (one statement each): a run they hold is queued until `not_before`.
     """
+    run, version, admission = _new_run(workflow, input, lease_holder, inline=inline, **fields)
+    run.not_before = start_time(workflow)
+    _insert(run, version, admission, None)
+    events.announce_run_started(run)
+    return run
+
+
+def start_run_row(
+    workflow: str,
+    input: Any,
+    *,
+    inline: bool,
+    lease_holder: str | None = None,
+    debounce: bool = True,
+    **fields: Any,
+) -> tuple[WorkflowRun, bool]:
+    """The run row of a start (`start_workflow`): `create_run_row`'s, except under a debounce
+    rule, where the start joins the queued run its key's window holds (returned with True, only
+    its id and status loaded; debounce_transitions) or opens the window: a new run, queued until
+    `quiet` has passed, without asking its concurrency rule yet (returned with False). Rates
+    are taken only by a start that opens a window. InvalidInput, before anything is written,
+    when a key function fails on `input`. `debounce=False`: `create_run_row`'s, whatever the
+    rule."""
+    debouncing = debouncing_for(workflow, input) if debounce else None
+    if debouncing is None:
+        return create_run_row(
+            workflow, input, inline=inline, lease_holder=lease_holder, **fields
+        ), False
+    run, version, _ = _new_run(workflow, input, None, inline=inline, **fields)
+    run.debounce_key = debouncing.key
+    # A start whose window another start opened between its join and its insert joins that
+    # one; past a few such races (each window admitted as it opened), it gives up loudly.
+    for _ in range(WINDOW_RACES):
+        joined = join_debounced_run(debouncing, run)
+        if joined is not None:
+            return _joined_run(joined), True
+        if run.not_before is None:
+            run.not_before = start_time(workflow)
+        if _insert(run, version, None, debouncing):
+            events.announce_run_started(run)
+            return run, False
+    raise DatabaseError(f"No debounce window of {workflow!r} key {debouncing.key!r} held still.")
+
+
+def _new_run(
+    workflow: str, input: Any, lease_holder: str | None, **fields: Any
+) -> tuple[WorkflowRun, WorkflowVersion, Admission | None]:
+    """The unsaved run (and the version row it runs) a start of `workflow` would insert;
+    InvalidInput for a key or priority function that fails on `input`."""
     definition = registry.get_workflow(workflow)
     admission = admission_for(workflow, input)
     priority = run_priority(definition.priority, workflow, input)
-    not_before = start_time(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -71,28 +125,40 @@ def create_run_row(
         workflow=definition.name,
         status=RunStatus.RUNNING,
         input=input,
-        inline=inline,
         graph_hash=graph.hash if graph else "",
         code_version=definition.code_version,
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
         concurrency_key=admission.key if admission else None,
-        not_before=not_before,
         priority=priority,
         **{"traceparent": caller_traceparent(), **fields},
     )
-    lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
+    return run, version, admission
+
+
+def _insert(
+    run: WorkflowRun,
+    version: WorkflowVersion,
+    admission: Admission | None,
+    debouncing: Debouncing | None,
+) -> bool:
+    """Insert `run` (False: a debounce window of its key was open, and nothing was written)."""
+    lease_seconds = None if run.lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():
-        _insert_in_one_statement(run, version, lease_seconds, admission)
+        inserted = _insert_in_one_statement(run, version, lease_seconds, admission, debouncing)
     else:
         with transaction.atomic():
-            _insert_with_the_orm(run, version, admission)
+            inserted = _insert_with_the_orm(run, version, admission, debouncing)
     run.lease_expires_at = None
     if run.status == RunStatus.QUEUED:
         run.lease_holder = None
-    events.announce_run_started(run)
-    return run
+    return inserted
+
+
+def _joined_run(run_id: Any) -> WorkflowRun:
+    """The run a start joined, as far as the start knows it (its other fields load on use)."""
+    return WorkflowRun.from_db(connection.alias, ["id", "status"], [run_id, RunStatus.QUEUED])
 
 
 def _insert_in_one_statement(
@@ -100,16 +166,25 @@ def _insert_in_one_statement(
     version: WorkflowVersion,
     lease_seconds: float | None,
     admission: Admission | None,
-) -> None:
+    debouncing: Debouncing | None,
+) -> bool:
     params = {**_column_values(run), "lease_seconds": lease_seconds}
     params |= {f"version_{name}": value for name, value in _column_values(version).items()}
     params |= _admission_params(admission)
+    params |= {
+        "debounce_quiet_ms": debouncing.rule.quiet_ms if debouncing else None,
+        "debounce_max_wait_ms": debouncing.rule.max_wait_ms if debouncing else None,
+    }
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS["insert_run"], params)
-        run.status, run.refused_slot = cursor.fetchone()  # type: ignore[attr-defined]
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return False
+    run.status, run.refused_slot = inserted  # type: ignore[attr-defined]
     if run.status == RunStatus.CANCELLED and admission is not None:
         run.error = skipped_error(admission)
     run._state.adding, run._state.db = False, connection.alias  # as `save()` leaves it
+    return True
 
 
 def _admission_params(admission: Admission | None) -> dict[str, Any]:
@@ -134,14 +209,19 @@ def skipped_error(admission: Admission) -> dict[str, Any]:
 
 
 def _insert_with_the_orm(
-    run: WorkflowRun, version: WorkflowVersion, admission: Admission | None
-) -> None:
+    run: WorkflowRun,
+    version: WorkflowVersion,
+    admission: Admission | None,
+    debouncing: Debouncing | None,
+) -> bool:
     WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
     run.refused_slot = False  # type: ignore[attr-defined]
-    if run.not_before is not None and run.not_before > timezone.now():
+    if debouncing is not None:
+        _open_window(run, debouncing.rule)
+    if debouncing is not None or (run.not_before is not None and run.not_before > timezone.now()):
         run.status, run.lease_holder, run.waiting_on = RunStatus.QUEUED, None, WaitingKind.ADMISSION
         run.save(force_insert=True)
-        return
+        return True
     admitted = admission is None or take_slot_txn(admission)
     if not admitted:
         run.refused_slot = True  # type: ignore[attr-defined]
@@ -156,6 +236,16 @@ def _insert_with_the_orm(
     run.save(force_insert=True)
     if admitted and admission is not None:
         save_slot_txn(admission, run.pk)
+    return True
+
+
+def _open_window(run: WorkflowRun, rule: Debounce) -> None:
+    # SQLite (one writer at a time): insert_run's window arithmetic on this process's clock.
+    now = timezone.now()
+    quiet_ends = now + timedelta(milliseconds=rule.quiet_ms)
+    run.not_before = max(run.not_before, quiet_ends) if run.not_before else quiet_ends
+    if rule.max_wait_ms is not None:
+        run.debounce_deadline = now + timedelta(milliseconds=rule.max_wait_ms)
 
 
 def _column_values(instance: Any) -> dict[str, Any]:

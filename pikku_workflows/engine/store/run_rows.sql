@@ -7,6 +7,11 @@
 -- admitted gets %(status_when_full)s (queued, or cancelled with %(error_when_full)s). One
 -- statement (the key's count row, claims.sql `take_slot`, stays locked until it commits);
 -- returns the status it got, and whether the rule refused it a slot. (VALUES take their types from the columns: a user model's key may be any type.)
+-- A run with %(debounce_key)s opens its key's debounce window: it is queued (no slot asked:
+-- %(rule)s is NULL for it) until %(debounce_quiet_ms)s ms from now on the database clock, or
+-- %(not_before)s if later, and its debounce_deadline is %(debounce_max_wait_ms)s ms from now
+-- (NULL: none). When a window of the key is already open (another start's, committed or
+-- committing: waited for), nothing is inserted and no row returned: the start joins that one.
 WITH version AS (
     INSERT INTO {version} (name, graph_hash, code_version, definition, kind, status, created_at)
     VALUES (%(version_name)s, %(version_graph_hash)s, %(version_code_version)s,
@@ -19,8 +24,8 @@ verdict AS (
     SELECT due AND (%(rule)s::text IS NULL OR EXISTS (SELECT 1 FROM taken)) AS admitted,
         due AND %(rule)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken) AS refused
     FROM (
-        SELECT %(not_before)s::timestamptz IS NULL
-            OR %(not_before)s::timestamptz <= statement_timestamp() AS due
+        SELECT %(debounce_key)s::text IS NULL AND (%(not_before)s::timestamptz IS NULL
+            OR %(not_before)s::timestamptz <= statement_timestamp()) AS due
     ) AS timing
 ),
 inserted AS (
@@ -28,7 +33,8 @@ inserted AS (
         graph_hash, code_version, inline, idempotency_key, idempotency_scope, started_by_id,
         subject_type_id, subject_id, parent_run_id, parent_step_id, forked_from_id,
         continued_from_id, lease_holder, lease_expires_at, rerun_requested, wake_at, random_seed, compensation,
-        compensation_cause, concurrency_key, priority, not_before, retention_hold, steps_total,
+        compensation_cause, concurrency_key, priority, not_before, debounce_key,
+        debounce_deadline, retention_hold, steps_total,
         steps_done, current_step_key, waiting_on, last_error_code, schedule_id, scheduled_for,
         traceparent, created_at, updated_at, finished_at)
     SELECT %(id)s::uuid, %(workflow)s::text,
@@ -45,7 +51,13 @@ inserted AS (
             THEN clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8) END,
         %(rerun_requested)s::boolean, %(wake_at)s::timestamptz, %(random_seed)s::bigint,
         %(compensation)s, %(compensation_cause)s::jsonb, %(concurrency_key)s::text,
-        %(priority)s::integer, %(not_before)s::timestamptz, %(retention_hold)s::boolean,
+        %(priority)s::integer,
+        -- GREATEST and (+) of NULLs: without a debounce, %(not_before)s as it is.
+        GREATEST(%(not_before)s::timestamptz,
+            clock_timestamp() + make_interval(secs => %(debounce_quiet_ms)s::float8 / 1000)),
+        %(debounce_key)s::text,
+        clock_timestamp() + make_interval(secs => %(debounce_max_wait_ms)s::float8 / 1000),
+        %(retention_hold)s::boolean,
         %(steps_total)s::integer, %(steps_done)s::integer, %(current_step_key)s,
         CASE WHEN admitted THEN %(waiting_on)s
             WHEN refused AND %(status_when_full)s::text = %(run_cancelled)s::text THEN NULL
@@ -56,6 +68,10 @@ inserted AS (
         CASE WHEN refused AND %(status_when_full)s::text = %(run_cancelled)s::text
             THEN clock_timestamp() ELSE %(finished_at)s::timestamptz END
     FROM verdict
+    -- The index `pikku_run_debounce_window`, named by its columns and condition (which must be
+    -- written out, not passed, for PostgreSQL to match the index).
+    ON CONFLICT (workflow, debounce_key) WHERE status = 'queued' AND debounce_key IS NOT NULL
+    DO NOTHING
     RETURNING id, status
 ),
 slot AS (

@@ -8,6 +8,7 @@ from django.db import connection
 from django.db.models import Field
 
 from ...models import (
+    WorkflowAuditEntry,
     WorkflowLimit,
     WorkflowRate,
     WorkflowRun,
@@ -27,6 +28,7 @@ def engine_names() -> dict[str, str]:
     assert user._meta.pk is not None and user._meta.pk.column is not None
     return {
         "run": quoted_table(WorkflowRun),
+        "audit": quoted_table(WorkflowAuditEntry),
         "step": quoted_table(WorkflowStep),
         "history": quoted_table(WorkflowStepHistory),
         "version": quoted_table(WorkflowVersion),
