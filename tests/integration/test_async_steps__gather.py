@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.test import override_settings
 
 import pikku_workflows as pw
@@ -24,14 +22,6 @@ from tests.queue import drain_queue
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MEMBERS = 20
-
-
-@pytest.fixture(autouse=True)
-def _async_orm_connection_closed() -> Iterator[None]:
-    """The async ORM's connection lives on asgiref's thread past the pass: close it, or the test
-    database cannot be dropped."""
-    yield
-    asyncio.run(sync_to_async(connections.close_all)())
 
 
 class Spans:

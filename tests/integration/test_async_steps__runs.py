@@ -6,12 +6,11 @@ never run again by a replay. Django's ORM is reached through its async API."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.db import connections
 from django.test import override_settings
 
@@ -25,14 +24,6 @@ from project.demo.models import Order
 from tests.queue import drain_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _async_orm_connection_closed() -> Iterator[None]:
-    """The async ORM's connection lives on asgiref's thread past the pass (as after an ASGI
-    request, until CONN_MAX_AGE): close it, or the test database cannot be dropped."""
-    yield
-    asyncio.run(sync_to_async(connections.close_all)())
 
 
 def attempts_of(run_id: str, key: str) -> list[tuple[int, str, str | None]]:
@@ -224,6 +215,27 @@ def test_async_step__reaches_the_orm_through_sync_to_async_and_the_async_orm():
     order = Order.objects.get(customer=str(run.pk))
     assert output == {"order": order.pk, "counted": 1}
     assert order.amount == Decimal("12.50")
+
+
+def test_async_step__reaches_the_orm_when_the_pass_itself_runs_under_sync_to_async():
+    # An async caller (an async view) runs the pass through sync_to_async: the pass's thread is
+    # the one asgiref would send the step's queries to, and it is busy running the loop.
+    @pw.step_function("as.count")
+    async def count(data: dict, ctx: pw.StepContext) -> int:
+        return await Order.objects.filter(customer=ctx.run_id).acount()
+
+    @pw.workflow("as.counting")
+    def counting(wf: pw.Workflow, input: dict) -> int:
+        return wf.do("count", "as.count", input)
+
+    async def async_caller() -> Any:
+        async with ThreadSensitiveContext():
+            try:
+                return await sync_to_async(pw.run_to_completion)("as.counting", {})
+            finally:
+                await sync_to_async(connections.close_all)()  # the caller's thread's own
+
+    assert asyncio.run(async_caller()) == 0
 
 
 @pytest.mark.postgres

@@ -1,14 +1,18 @@
 """The event loop async step functions run on: owned by one pass (or one step worker's attempt),
-created on first use and closed when its owner ends, never one loop per call."""
+created on first use and closed when its owner ends, never one loop per call. Django's async ORM
+(and `sync_to_async`) runs the steps' queries on one thread of the loop's own, whose connection
+is closed with the loop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext
+from django.db import connections
 
 T = TypeVar("T")
 
@@ -19,11 +23,19 @@ class OwnedEventLoop:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._orm_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pikku-async-orm")
+        # Thread-sensitive calls of the loop's tasks go to `_orm_thread`, not to asgiref's
+        # shared thread, nor to the thread of a request that called the pass (which is busy
+        # running this loop: that would deadlock).
+        self._orm_context = ThreadSensitiveContext()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
+            SyncToAsync.context_to_thread_executor[self._orm_context] = self._orm_thread
+        context = contextvars.copy_context()
+        context.run(SyncToAsync.thread_sensitive_context.set, self._orm_context)
+        return self._loop.run_until_complete(self._loop.create_task(coroutine, context=context))
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
@@ -31,12 +43,13 @@ class OwnedEventLoop:
             return
         try:
             _cancel_leftover_tasks(loop)
-            # Django's async ORM (and sync_to_async) ran the steps' queries on asgiref's own
-            # thread: its connection is closed as at the end of a request, by the same thread.
-            loop.run_until_complete(sync_to_async(close_old_connections)())
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+            SyncToAsync.context_to_thread_executor.pop(self._orm_context, None)
+            # The thread ends with the pass: its connection must not outlive it.
+            self._orm_thread.submit(connections.close_all).result()
+            self._orm_thread.shutdown()
 
 
 def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
