@@ -6,6 +6,7 @@ never run again by a replay. Django's ORM is reached through its async API."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -278,3 +279,52 @@ def test_async_step_function__cannot_be_atomic_and_takes_a_timeout_in_process():
     @pw.step_function("as.async_timeout", timeout="1s")
     async def async_timeout(data: Any, ctx: pw.StepContext) -> None:
         return None
+
+
+def test_async_step__takes_a_timeout_per_call_and_refuses_atomic_per_call():
+    @pw.step_function("as.nap")
+    async def nap(data: float, ctx: pw.StepContext) -> float:
+        await asyncio.sleep(data)
+        return data
+
+    @pw.workflow("as.naps")
+    def naps(wf: pw.Workflow, input: dict) -> None:
+        wf.do("nap", "as.nap", input["seconds"], timeout="100ms", retries=0, atomic=input["atomic"])
+
+    with pytest.raises(pw.RunFailed, match="atomic=True needs a sync function"):
+        pw.run_to_completion("as.naps", {"seconds": 0, "atomic": True})
+
+    with pytest.raises(pw.RunFailed):
+        pw.run_to_completion("as.naps", {"seconds": 30, "atomic": False})
+    step = WorkflowStep.objects.get(step_key="nap", run__status=RunStatus.FAILED)
+    assert step.error["code"] == "TIMEOUT"
+
+
+@pytest.mark.postgres
+def test_async_step__a_queued_one_with_a_timeout_runs_in_an_inline_caller_off_the_main_thread():
+    # A sync step's timeout needs the main thread's alarm, so a web request's inline run hands
+    # it to a worker; an async step's timeout is its loop's, so it runs right there.
+    @pw.step_function("as.remote", inline=False, timeout="5s")
+    async def remote(data: int, ctx: pw.StepContext) -> int:
+        await asyncio.sleep(0)
+        return data * 3
+
+    @pw.workflow("as.remote_run")
+    def remote_run(wf: pw.Workflow, input: dict) -> int:
+        return wf.do("remote", "as.remote", 5)
+
+    outputs: list[Any] = []
+
+    def web_request() -> None:
+        try:
+            outputs.append(pw.run_to_completion("as.remote_run", {}))
+        finally:
+            connections.close_all()
+
+    request = threading.Thread(target=web_request)
+    request.start()
+    request.join(30)
+
+    assert outputs == [15]
+    run = WorkflowRun.objects.get(workflow="as.remote_run")
+    assert dispatches(run.pk) == [StepDispatch.INLINE]
