@@ -272,6 +272,11 @@ def workflow(
         )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(func):
+            raise InvalidInput(
+                f"Workflow {name!r}: a body is a plain def (each pass replays it); make its "
+                "step functions async def instead."
+            )
         findings = nondeterministic_calls(func)
         if findings and registry.refuse_nondeterminism:
             raise InvalidInput(problems=[finding.describe(name) for finding in findings])

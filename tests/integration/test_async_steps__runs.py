@@ -18,7 +18,6 @@ from django.test import override_settings
 import pikku_workflows as pw
 from pikku_workflows.engine.replay.attempts import claim_next_attempt
 from pikku_workflows.engine.replay.orchestrator import orchestrate
-from pikku_workflows.exceptions import InvalidInput
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import RunStatus, StepDispatch, StepStatus
 from project.demo.models import Order
@@ -261,24 +260,6 @@ def test_async_step__a_superseded_attempt_in_the_pass_records_nothing():
     step = WorkflowStep.objects.get(run_id=run_id, step_key="call")
     assert (step.status, step.attempt, step.result) == (StepStatus.RUNNING, 2, None)
     assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.RUNNING
-
-
-def test_async_step_function__cannot_be_atomic_and_takes_a_timeout_in_process():
-    with pytest.raises(InvalidInput, match="atomic=True needs a sync function"):
-
-        @pw.step_function("as.atomic", atomic=True)
-        async def atomic(data: Any, ctx: pw.StepContext) -> None:
-            return None
-
-    with pytest.raises(InvalidInput, match="timeout is enforced only"):
-
-        @pw.step_function("as.sync_timeout", timeout="1s")
-        def sync_timeout(data: Any, ctx: pw.StepContext) -> None:
-            return None
-
-    @pw.step_function("as.async_timeout", timeout="1s")
-    async def async_timeout(data: Any, ctx: pw.StepContext) -> None:
-        return None
 
 
 def test_async_step__takes_a_timeout_per_call_and_refuses_atomic_per_call():

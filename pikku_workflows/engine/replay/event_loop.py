@@ -6,13 +6,14 @@ is closed with the loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import SyncToAsync, ThreadSensitiveContext
-from django.db import connections
+from django.db import DatabaseError, connections
 
 T = TypeVar("T")
 
@@ -47,8 +48,10 @@ class OwnedEventLoop:
         finally:
             loop.close()
             SyncToAsync.context_to_thread_executor.pop(self._orm_context, None)
-            # The thread ends with the pass: its connection must not outlive it.
-            self._orm_thread.submit(connections.close_all).result()
+            # The thread ends with the pass: its connection must not outlive it (a connection
+            # the database already broke is gone anyway).
+            with contextlib.suppress(DatabaseError):
+                self._orm_thread.submit(connections.close_all).result()
             self._orm_thread.shutdown()
 
 
