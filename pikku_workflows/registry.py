@@ -30,6 +30,10 @@ from .validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 
 WORKFLOW_KIND_DSL = "dsl"
 WORKFLOW_KIND_GRAPH = "graph"
+ASYNC_NOT_ATOMIC = (
+    "atomic=True needs a sync function: Django runs the ORM calls of an async def on a thread of "
+    "its own, outside the attempt's transaction."
+)
 # A step's timeout (per attempt) is at most a day: a step that needs longer is a child run.
 MAX_STEP_TIMEOUT_MS = 86_400_000
 # How many close names a "did you mean" offers, and how close they must be (difflib's ratio).
@@ -277,6 +281,11 @@ def workflow(
         )
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(func):
+            raise InvalidInput(
+                f"Workflow {name!r}: a body is a plain def (each pass replays it); make its "
+                "step functions async def instead."
+            )
         findings = nondeterministic_calls(func)
         if findings and registry.refuse_nondeterminism:
             raise InvalidInput(problems=[finding.describe(name) for finding in findings])
@@ -364,6 +373,11 @@ def step_function(
     `except Exception:` cannot swallow) and records it failed with TIMEOUT. An inline run whose
     caller is not a main thread (a web request) hands such a step to a worker.
 
+    An `async def` runs on the event loop of the pass (or the worker) that runs it; the members
+    of a `wf.gather` that are async run concurrently there. Its `timeout` (allowed in-process
+    too) cancels the attempt at an `await`; it cannot be `atomic`
+    (docs/code-workflows.md, "Async step functions").
+
     `atomic=True` runs each attempt inside `transaction.atomic()` on the engine's database and
     commits its ORM writes with its result, once (docs/code-workflows.md, "Exactly once").
     `compensate` names the step function that undoes a succeeded step of this one when its run
@@ -371,14 +385,20 @@ def step_function(
     (ImproperlyConfigured otherwise).
     """
     timeout_ms = parse_timeout(timeout) if timeout is not None else None
-    if timeout_ms is not None and inline:
-        raise InvalidInput(f"Step function {name!r}: timeout is enforced only with inline=False.")
     if not isinstance(atomic, bool):
         raise InvalidInput(f"Step function {name!r}: atomic must be True or False.")
     if compensate is not None:
         _check_compensation(name, compensate)
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        is_async = inspect.iscoroutinefunction(func)
+        if timeout_ms is not None and inline and not is_async:
+            raise InvalidInput(
+                f"Step function {name!r}: timeout is enforced only with inline=False or on an "
+                "async def."
+            )
+        if atomic and is_async:
+            raise InvalidInput(f"Step function {name!r}: {ASYNC_NOT_ATOMIC}")
         registry.add_step_function(
             StepFunctionDefinition(name, func, inline, queue, timeout_ms, atomic, compensate)
         )

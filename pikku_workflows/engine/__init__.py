@@ -75,9 +75,13 @@ replay, one pass of a run:
 - `replay.suspension`: suspending the run from inside its pass.
 - `replay.atomic_steps`: an atomic step function's attempt: its writes and its result commit in
   one transaction, fenced by attempt.
+- `replay.async_attempts`: attempts of async step functions on the pass's event loop, a
+  gather's together, each under its timeout.
 - `replay.attempts`: one attempt: `StepContext`, claiming it, its timeout, recording it
   (fenced).
 - `replay.replay_pass`: one pass's view of a run: its steps read once, ordinals, state.
+- `replay.event_loop`: the event loop a pass (or a step worker's attempt) owns: made on first
+  use, closed when its owner ends.
 
 store, the tables:
 

@@ -7,6 +7,7 @@ observe append one JSON line per attempt to the file named in their data.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -236,3 +237,25 @@ def undone(wf: pw.Workflow, input: dict[str, Any]) -> None:
     wf.do("flight", "e2e.book", {**input, "slow": True})
     wf.do("hotel", "e2e.book", {**input, "slow": False})
     raise RuntimeError("the trip fell through")
+
+
+@pw.step_function("e2e.async_fetch", inline=False, timeout="5s")
+async def async_fetch(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    """Awaits `seconds` of I/O on the worker's loop: the pid shows which process ran it."""
+    await asyncio.sleep(data["seconds"])
+    return {"i": data["i"], "pid": os.getpid()}
+
+
+@pw.step_function("e2e.async_local")
+async def async_local(data: int, ctx: pw.StepContext) -> int:
+    await asyncio.sleep(0.05)
+    return data * 10
+
+
+@pw.workflow("e2e.async_gather")
+def async_gather(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Queued async steps (each on whichever worker takes it) beside in-process ones (awaited
+    together in the worker's pass)."""
+    fetched = wf.map("fetch", "e2e.async_fetch", [{"i": i, "seconds": 0.05} for i in range(3)])
+    local = wf.gather(*(wf.call(f"local{i}", "e2e.async_local", i) for i in range(3)))
+    return {"fetched": [item["i"] for item in fetched], "local": local}

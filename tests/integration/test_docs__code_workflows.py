@@ -29,7 +29,13 @@ def sections() -> dict[str, str]:
 
 
 def test_docs__each_section_of_the_page_has_an_example():
-    assert set(sections()) == {"Parallel steps", "Determinism", "Exactly once", "Compensation"}
+    assert set(sections()) == {
+        "Parallel steps",
+        "Async step functions",
+        "Determinism",
+        "Exactly once",
+        "Compensation",
+    }
 
 
 @pytest.mark.parametrize("title", sorted(sections()))

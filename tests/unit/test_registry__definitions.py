@@ -171,10 +171,11 @@ def test_validate_step_key__ordinary_keys_accepted(key):
 
 
 def test_step_function__timeout_with_inline_rejected():
+    # Whether the function is sync (an alarm needs a worker) is known once it is decorated.
     with pytest.raises(InvalidInput, match="timeout"):
-        pw.step_function("tests.inline_timeout", inline=True, timeout="5s")
+        pw.step_function("tests.inline_timeout", inline=True, timeout="5s")(_make_step_function())
     with pytest.raises(InvalidInput):
-        pw.step_function("tests.inline_timeout_default", timeout=1000)
+        pw.step_function("tests.inline_timeout_default", timeout=1000)(_make_step_function())
     assert "tests.inline_timeout" not in registry.step_functions
 
 

@@ -32,8 +32,16 @@ from ...registry import registry
 from ...retry import RetryPolicy
 from ...serialization import describe_error
 from ...status import RunStatus, StepStatus
+from ..replay.async_attempts import call_async_user_code, is_async
 from ..replay.atomic_steps import call_atomically
-from ..replay.attempts import call_user_code, claim_next_attempt, record_outcome, step_context
+from ..replay.attempts import (
+    Outcome,
+    call_user_code,
+    claim_next_attempt,
+    record_outcome,
+    step_context,
+)
+from ..replay.event_loop import OwnedEventLoop
 from ..replay.orchestrator import orchestrate
 from ..replay.queued import handling_message
 from ..replay.replay_pass import LeasedRun
@@ -91,10 +99,7 @@ def _run_attempt(run_id: Any, step: WorkflowStep, started_by: str | None) -> Non
     policy = RetryPolicy.from_stored(step.retries, step.retry_delay)
     holder = new_lease_holder() if serves_orchestrator_cluster() else None
     try:
-        if step.atomic:
-            outcome = call_atomically(step, definition.func, args, continue_as=holder)
-        else:
-            outcome = call_user_code(step, definition.func, args)
+        outcome = _call(step, definition.func, args, holder)
         recorded = record_outcome(step, outcome, policy, continue_as=holder)
     except (StepSuperseded, InvalidTransition):
         # A newer attempt owns the step (our lease lapsed): its outcome is the one that counts.
@@ -105,6 +110,18 @@ def _run_attempt(run_id: Any, step: WorkflowStep, started_by: str | None) -> Non
         continue_run(run_id, None if run is None or holder is None else LeasedRun(run, holder))
     # Otherwise the retry waits on its timer (the timer loop dispatches it when due), or the
     # step is a gather's member and another member settles the gather last.
+
+
+def _call(step: WorkflowStep, func: Any, args: tuple[Any, ...], holder: str | None) -> Outcome:
+    if is_async(func):
+        loop = OwnedEventLoop()  # this attempt's: closed before the run goes on
+        try:
+            return call_async_user_code(loop, step, func, args)
+        finally:
+            loop.close()
+    if step.atomic:
+        return call_atomically(step, func, args, continue_as=holder)
+    return call_user_code(step, func, args)
 
 
 def _claim_with_checks(run_id: Any, step_key: str) -> tuple[WorkflowStep | None, str | None]:

@@ -15,12 +15,12 @@ from typing import Any
 from django.db import DataError, transaction
 
 from ...control_flow import TimeLimitAlarm
-from ...exceptions import InvalidTransition, StepSuperseded, StepTimedOut
+from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowStep
 from ...observability.log_context import logging_for_attempt
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ..store.leases import heartbeat
-from .attempts import Outcome, record_success, time_limit, unstorable_error
+from .attempts import Outcome, record_success, time_limit, timed_out, unstorable_error
 
 
 class _Unstorable(Exception):
@@ -57,8 +57,7 @@ def call_atomically(
     except (StepSuperseded, InvalidTransition):
         raise  # rolled back: the attempt that owns the step now is the one that counts
     except TimeLimitAlarm:
-        error = StepTimedOut(step.step_key, step.timeout_ms or 0)
-        return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
+        return timed_out(step)
     except _Unstorable as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
     except Exception as exc:

@@ -208,16 +208,26 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
         ):
             value = func(*args)
     except TimeLimitAlarm:
-        error = StepTimedOut(step.step_key, step.timeout_ms or 0)
-        return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
+        return timed_out(step)
     except Exception as exc:
         return Outcome(False, describe_error(exc, step_key=step.step_key))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
+    return stored_outcome(step, value)
+
+
+def stored_outcome(step: WorkflowStep, value: Any) -> Outcome:
+    """The attempt's success as its JSON round trip, or its failure when it cannot be stored."""
     try:
         return Outcome(True, round_trip(value))
     except NotStorableJson as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
+
+
+def timed_out(step: WorkflowStep) -> Outcome:
+    """The attempt stopped at the step's timeout: failed with TIMEOUT (no traceback)."""
+    error = StepTimedOut(step.step_key, step.timeout_ms or 0)
+    return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
 
 
 def timeout_enforceable() -> bool:

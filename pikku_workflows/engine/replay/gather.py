@@ -3,7 +3,8 @@ steps"). A round runs every member in argument order until it finishes or reache
 step; the queued steps the round reached for the first time are dispatched together, in one
 statement, and the run parks once. The members' outcomes wake it once, when the last of them
 settles (store.gather_transitions). A round with a single new queued step runs it in place
-instead, when the pass runs on a worker that may, and goes on.
+instead, when the pass runs on a worker that may, and goes on. The attempts of async step
+functions a round reached run together on the pass's event loop, then the next round goes on.
 
 Each member runs on a cursor of its own, copied from the gather's (replay_pass.Cursor): however
 far one member got in a pass, the keys, draws and clock of another are the same on every
@@ -23,6 +24,7 @@ from ...status import StepDispatch
 from ...step_keys import item_key, ordinal_key
 from . import queued
 from . import steps as reaches
+from .async_attempts import run_together_in_pass
 from .replay_pass import Cursor, ReplayPass, read_steps
 
 Drive = Callable[[ReplayPass, reaches.StepCall], Any]
@@ -171,13 +173,21 @@ def _settle(
         while True:
             if outermost:
                 batch.clear()
-                rp.batch = batch
+                rp.batch, rp.async_attempts = batch, []
             outcomes, cursors = _round(rp, members, drive, max_in_flight)
-            if not outermost or not _go_on(rp, batch, outcomes):
+            if not outermost:
+                break
+            attempts, rp.async_attempts = rp.async_attempts or [], None
+            if attempts:
+                # The async attempts the round reached run now, together; the next round
+                # takes their outcomes (and reaches what follows them).
+                run_together_in_pass(rp, attempts)
+                continue
+            if not _go_on(rp, batch, outcomes):
                 break
     finally:
         if outermost:
-            rp.batch = None
+            rp.batch, rp.async_attempts = None, None
     pending = [outcome.pending for outcome in outcomes if outcome.pending is not None]
     if pending:
         if batch:

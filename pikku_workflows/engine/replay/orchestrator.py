@@ -162,11 +162,18 @@ def _replay(
     rp = ReplayPass.begin(
         run, holder, inline_caller=inline_caller, drive_child=drive_child, steps=known
     )
-    if undoing:
-        ended = _undo(run, holder, rp)  # its steps are being undone: the body is not replayed
-        return ended, ended or rp.lease_released
-    body = partial(run_graph, rp, steps is None) if definition is None or graph else definition.func
-    ended = _run_body(run, holder, rp, body)
+    try:
+        if undoing:
+            ended = _undo(run, holder, rp)  # its steps are being undone: the body is not replayed
+        else:
+            body = (
+                partial(run_graph, rp, steps is None)
+                if definition is None or graph
+                else definition.func
+            )
+            ended = _run_body(run, holder, rp, body)
+    finally:
+        rp.event_loop.close()
     return ended, ended or rp.lease_released
 
 

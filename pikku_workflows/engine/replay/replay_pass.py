@@ -24,6 +24,7 @@ from ...step_keys import ordinal_key
 from ...validation import KEY_MAX_LENGTH
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import UnrecordedSuccess
+from .event_loop import OwnedEventLoop
 
 _driven: ContextVar[frozenset[str]] = ContextVar("pikku_driven_runs", default=frozenset())
 
@@ -133,6 +134,10 @@ class ReplayPass:
     body_running: bool = False
     # Queued steps the gather being run reached: dispatched together when its round ends.
     batch: list[Any] | None = None
+    # Attempts of async step functions the gather's round reached: run together after it.
+    async_attempts: list[Any] | None = None
+    # Where async step functions run; the orchestrator closes it when the pass ends.
+    event_loop: OwnedEventLoop = field(default_factory=OwnedEventLoop)
     # Set when a gather member the pass settled was the gather's last by the table's account:
     # members in flight elsewhere that the pass read earlier may have settled meanwhile.
     gather_settled: bool = False

@@ -26,7 +26,13 @@ from ...exceptions import (
     WorkflowSuspended,
 )
 from ...models import WorkflowStep
-from ...registry import StepFunctionDefinition, parse_timeout, registry, validate_step_key
+from ...registry import (
+    ASYNC_NOT_ATOMIC,
+    StepFunctionDefinition,
+    parse_timeout,
+    registry,
+    validate_step_key,
+)
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
@@ -34,6 +40,7 @@ from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from ..store.step_transitions import move_step, note_attempt_end, retarget_unstarted_step
 from . import children, queued
+from .async_attempts import AsyncAttempt, call_async_user_code, is_async
 from .atomic_steps import call_atomically
 from .attempts import (
     call_user_code,
@@ -110,7 +117,8 @@ def leaves_the_pass(rp: ReplayPass, call: StepCall) -> bool:
     if not _queued(call.definition):
         return False
     if rp.inline_caller:
-        return call.timeout_ms is not None and not timeout_enforceable()
+        # An async step's timeout is its loop's to enforce, in any thread.
+        return call.timeout_ms is not None and not (timeout_enforceable() or is_async(call.func))
     return True
 
 
@@ -165,8 +173,10 @@ def prepare_call(key: str, target: Any, data: Any, options: StepOptions) -> Step
     )
     timeout_ms = parse_timeout(options.timeout) if options.timeout is not None else None
     kind, name, func, definition = _resolve_target(key, target, data)
-    if options.timeout is not None and not _queued(definition):
-        raise InvalidInput(f"Step {key!r}: timeout is enforced only for queued step functions.")
+    if options.timeout is not None and not (_queued(definition) or is_async(func)):
+        raise InvalidInput(
+            f"Step {key!r}: timeout is enforced only for queued or async step functions."
+        )
     try:
         data = round_trip(data, name="data")
     except NotStorableJson as exc:
@@ -186,6 +196,8 @@ def _atomic(
         return definition is not None and definition.atomic
     if not isinstance(asked, bool):
         raise InvalidInput(f"Step {key!r}: atomic must be True or False.")
+    if asked and is_async(definition.func if definition else None):
+        raise InvalidInput(f"Step {key!r}: {ASYNC_NOT_ATOMIC}")
     if asked and kind != StepKind.FUNCTION:
         raise InvalidInput(
             f"Step {key!r}: atomic=True is for step functions (their writes commit with their "
@@ -333,7 +345,13 @@ def _run_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflow
         if step.kind == StepKind.CALLABLE
         else (step.data, step_context(step, started_by_name(rp.run)))
     )
-    if step.atomic:
+    if is_async(call.func):
+        if rp.async_attempts is not None:
+            # A gather's round reached it: it runs with the round's other async attempts, after.
+            rp.async_attempts.append(AsyncAttempt(step, call.func, args, call.policy))
+            raise RunParked(call.key)
+        outcome = call_async_user_code(rp.event_loop, step, call.func, args)
+    elif step.atomic:
         # Its writes and its result commit together, so no result is kept for a later write.
         record_kept(rp)
         with run_still_ours():
