@@ -17,7 +17,7 @@ from ...flow import run_priority
 from ...models import WorkflowRun, WorkflowVersion
 from ...observability.tracing import caller_traceparent
 from ...querysets import DatabaseNow
-from ...registry import registry
+from ...registry import WorkflowDefinition, registry
 from ...serialization import describe_error
 from ...sql import Statements
 from ...status import RunStatus
@@ -36,7 +36,13 @@ STATEMENTS = Statements(
 
 
 def create_run_row(
-    workflow: str, input: Any, *, inline: bool, lease_holder: str | None = None, **fields: Any
+    workflow: str,
+    input: Any,
+    *,
+    inline: bool,
+    lease_holder: str | None = None,
+    admitted: bool = False,
+    **fields: Any,
 ) -> WorkflowRun:
     """Insert a running run of a registered workflow and upsert its version row.
 
@@ -52,11 +58,13 @@ def create_run_row(
     InvalidInput, before anything is written, when the rule's key function fails on `input`;
     LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
     taken first (one statement each): a run they hold is queued until `not_before`.
+
+    With `admitted`, the caller has admitted the run already (a successor taking over its
+    predecessor's slots, `fields` giving its key and priority): no rule or rate applies.
     """
     definition = registry.get_workflow(workflow)
-    admission = admission_for(workflow, input)
-    priority = run_priority(definition.priority, workflow, input)
-    not_before = start_time(workflow)
+    admission = None if admitted else admission_for(workflow, input)
+    flow_fields = {} if admitted else _flow_fields(definition, admission, input)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -77,10 +85,7 @@ def create_run_row(
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
-        concurrency_key=admission.key if admission else None,
-        not_before=not_before,
-        priority=priority,
-        **{"traceparent": caller_traceparent(), **fields},
+        **{"traceparent": caller_traceparent(), **flow_fields, **fields},
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():
@@ -93,6 +98,18 @@ def create_run_row(
         run.lease_holder = None
     events.announce_run_started(run)
     return run
+
+
+def _flow_fields(
+    definition: WorkflowDefinition, admission: Admission | None, input: Any
+) -> dict[str, Any]:
+    """What flow control gives a new run: its concurrency key, its priority, and the time its
+    limits' rates let it start (taking them)."""
+    return {
+        "concurrency_key": admission.key if admission else None,
+        "priority": run_priority(definition.priority, definition.name, input),
+        "not_before": start_time(definition.name),
+    }
 
 
 def _insert_in_one_statement(
