@@ -151,6 +151,7 @@ class BulkSerializer(BulkOptionsSerializer):
     subject_id = serializers.CharField(required=False, max_length=MAX_KEY)
     waiting_on = serializers.ChoiceField(choices=WaitingKind.values, required=False)
     awaiting_approval = serializers.BooleanField(required=False)
+    latest_only = serializers.BooleanField(required=False)
     q = serializers.CharField(required=False, max_length=MAX_KEY)
 
 
