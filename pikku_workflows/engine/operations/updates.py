@@ -1,7 +1,7 @@
 """`pw.update`: a write that answers. The workflow's validator runs in the caller against the
 run's input, state and the payload; a refusal (`UpdateRejected`) writes nothing. An accepted
 update is a row, deduplicated by `update_id`, sent to the run as a signal `wf.receive` takes in
-order; the caller waits for `wf.reply`'s answer with a bounded poll (docs/long-lived-runs.md).
+order, audited as `update` with who sent it; the caller waits for `wf.reply`'s answer with a bounded poll (docs/long-lived-runs.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ...exceptions import (
     UpdateRejected,
     UpdateTimeout,
 )
-from ...models import WorkflowRun, WorkflowUpdate
+from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowUpdate
 from ...registry import registry
 from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES
@@ -132,7 +132,20 @@ def _accept(pk: Any, name: str, update_id: str, payload: Any, by: Any) -> int:
                 f"updates no reply answered (MAX_PENDING_UPDATES): {name!r} refused.",
             )
         accepted = accept_update_txn(latest, name, update_id, payload, by)
-        if deliver_signals_txn(latest):
+        taken = deliver_signals_txn(latest)
+        step = next((step for sent, step in taken if sent.pk == accepted.signal_id), None)
+        WorkflowAuditEntry.objects.create(
+            run_id=latest,
+            step=step,
+            action="update",
+            user=by,
+            payload={
+                "update": name,
+                "update_id": update_id,
+                "taken_by_step": step.step_key if step is not None else None,
+            },
+        )
+        if taken:
             enqueue_orchestration(latest)  # after the commit
     return accepted.pk
 

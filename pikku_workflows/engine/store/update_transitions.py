@@ -1,6 +1,6 @@
 """Updates in the tables (`pw.update`): accepted as a row and sent to the run as a signal of the
 engine's own name (so `wf.receive` takes them in order, each once, and a hand-over moves them
-with the other signals), then completed once by `wf.reply`."""
+with the other signals), then completed once by `wf.reply` (audited as `reply`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ...models import WorkflowUpdate
+from ...models import WorkflowAuditEntry, WorkflowUpdate
 from ...querysets import DatabaseNow
 from .signal_rows import keep_signal_txn
 
@@ -52,8 +52,16 @@ def accept_update_txn(
 
 
 def complete_update(run_id: Any, update_id: str, result: Any) -> bool:
-    """Record the answer to the update, once: a replay's `wf.reply` finds it answered."""
-    answered = WorkflowUpdate.objects.filter(
-        run_id=run_id, update_id=update_id, completed_at__isnull=True
-    )
-    return bool(answered.update(result=result, completed_at=DatabaseNow()))
+    """Record the answer to the update, once, with a `reply` audit row (the timeline's event of
+    the answer): a replay's `wf.reply` finds it answered and writes nothing."""
+    with transaction.atomic():
+        unanswered = WorkflowUpdate.objects.filter(
+            run_id=run_id, update_id=update_id, completed_at__isnull=True
+        )
+        name = unanswered.values_list("name", flat=True).first()
+        if name is None or not unanswered.update(result=result, completed_at=DatabaseNow()):
+            return False
+        WorkflowAuditEntry.objects.create(
+            run_id=run_id, action="reply", payload={"update": name, "update_id": update_id}
+        )
+    return True
