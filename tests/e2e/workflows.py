@@ -236,3 +236,23 @@ def undone(wf: pw.Workflow, input: dict[str, Any]) -> None:
     wf.do("flight", "e2e.book", {**input, "slow": True})
     wf.do("hotel", "e2e.book", {**input, "slow": False})
     raise RuntimeError("the trip fell through")
+
+
+def any_item(input: Any, state: Any, payload: Any) -> None:
+    """Every `add` is accepted: the test checks what the run does with them, not the validator."""
+
+
+@pw.workflow("e2e.cart_chain", updates={"add": any_item})
+def cart_chain(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Takes an `add` update (answered with the item's position) and a `note` signal in turns
+    until it holds `input["expect"]` of each, handing over every `input["link"]` steps with what
+    it took so far."""
+    items, notes = input["items"], input["notes"]
+    while len(items) < input["expect"]:
+        if wf.history_length >= input["link"]:
+            wf.continue_as_new({**input, "items": items, "notes": notes})
+        message = wf.receive("add")
+        items = [*items, message.payload]
+        wf.reply(message, {"position": len(items)})
+        notes = [*notes, wf.wait_for_signal("note", "note")]
+    return {"items": items, "notes": notes}
