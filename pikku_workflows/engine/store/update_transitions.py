@@ -1,18 +1,22 @@
 """Updates in the tables (`pw.update`): accepted as a row and sent to the run as a signal of the
 engine's own name (so `wf.receive` takes them in order, each once, and a hand-over moves them
-with the other signals), then completed once by `wf.reply` (audited as `reply`, and on PostgreSQL announced with a NOTIFY
-on the update's own channel, which its waiting caller LISTENs on)."""
+with the other signals), then completed once by `wf.reply`: audited as `reply` and, on
+PostgreSQL, announced with a NOTIFY on the update's own channel, which its caller LISTENs on."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
 
 from ...models import WorkflowAuditEntry, WorkflowUpdate
 from ...querysets import DatabaseNow
+from ...sql import Statements
 from .signal_rows import keep_signal_txn
 from .transitions import on_postgresql
+
+STATEMENTS = Statements(Path(__file__).with_name("update_transitions.sql"), names=dict)
 
 # Signals of this prefix carry updates: `:` is no part of a name `pw.update` accepts.
 UPDATE_SIGNAL_PREFIX = "update:"
@@ -75,7 +79,7 @@ def complete_update(run_id: Any, update_id: str, result: Any) -> bool:
         )
         if on_postgresql():
             with connection.cursor() as cursor:  # delivered to the caller when this commits
-                cursor.execute("SELECT pg_notify(%s, '')", [answer_channel(pk)])
+                cursor.execute(STATEMENTS["announce_answer"], {"channel": answer_channel(pk)})
     return True
 
 
