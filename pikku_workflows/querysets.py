@@ -139,6 +139,13 @@ class WorkflowRunQuerySet(models.QuerySet):
             return self.filter(parent_run__isnull=False)
         return self
 
+    def latest_of_chains(self) -> WorkflowRunQuerySet:
+        """Every run but those that continued as new: of each chain, its latest run. A run is
+        `continued` exactly when its successor exists (the hand-over writes both at once), so
+        the status is the whole test, and the list stays one row per run (an index of its own).
+        """
+        return self.exclude(status=RunStatus.CONTINUED)
+
     def waiting_on(self, kind: str) -> WorkflowRunQuerySet:
         """Runs waiting on `kind` (a key of WAITING_KINDS)."""
         return self.filter(waiting_on_q(kind))

@@ -1,5 +1,5 @@
-"""Faults injected at the real boundaries: statements the database refuses (triggers), row locks
-held from another connection, a skewed application clock, and the database's own clock."""
+"""Faults injected at the real boundaries: statements the database refuses or slows (triggers), row
+locks held from another connection, a skewed application clock, and the database's own clock."""
 
 from __future__ import annotations
 
@@ -51,6 +51,44 @@ def refused(
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
             cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+
+
+@contextlib.contextmanager
+def slowed(table: str, *, seconds: float, on: str = "INSERT", when: str = "true") -> Iterator[None]:
+    """While inside, every `on` statement's row of `table` for which the SQL condition `when`
+    (over NEW) holds sleeps `seconds` first (a BEFORE trigger, committed at once): the writing
+    transaction stays open that long, waiting as `PgSleep` in pg_stat_activity
+    (`sleeping_backends`), so a test can kill its process right inside it."""
+    name = f"pikku_slow_{table}_{on.lower()}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} THEN
+                    PERFORM pg_sleep({float(seconds)});
+                END IF;
+                RETURN NEW;
+            END $$"""
+        )
+        cursor.execute(
+            f"CREATE TRIGGER {name} BEFORE {on} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+            cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+
+
+def sleeping_backends() -> int:
+    """How many other connections to this database wait in `pg_sleep` (a `slowed` statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
 
 
 def database_now() -> datetime:

@@ -50,6 +50,20 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow=self.value()) if self.value() else None
 
 
+class LatestOfChainsFilter(admin.SimpleListFilter):
+    """Of each chain of runs that continued as new, only its latest run (the API's
+    `latest_only`): an entity workflow then shows as one row, however many links it has."""
+
+    title = "chains"
+    parameter_name = "latest_only"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("1", "Latest run of each")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        return queryset.latest_of_chains() if self.value() == "1" else None  # type: ignore[attr-defined]
+
+
 class RetryingFilter(admin.SimpleListFilter):
     """Running runs with a failed attempt that will be tried again."""
 

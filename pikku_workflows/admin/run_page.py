@@ -1,6 +1,6 @@
-"""What the run page shows below its summary: steps (each with its input), the timeline chart,
-the audit trail (newest first) and every attempt, in a fixed number of queries whatever the
-run's size."""
+"""What the run page shows below its summary: steps (each with its input), the updates sent to
+it, the timeline chart, the audit trail (newest first) and every attempt, in a fixed number of
+queries whatever the run's size."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from django.utils.html import format_html
 
 from ..engine.operations.control import FORK
 from ..engine.operations.reads import shown_step_status
-from ..models import WorkflowAuditEntry, WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ..models import (
+    WorkflowAuditEntry,
+    WorkflowRun,
+    WorkflowStep,
+    WorkflowStepHistory,
+    WorkflowUpdate,
+)
 from ..status import RunStatus, StepKind, StepStatus
 from ..step_keys import is_engine_key
 from .display import (
@@ -44,8 +50,8 @@ UNTRIED_KINDS = frozenset({StepKind.SLEEP, StepKind.SUSPEND, StepKind.PATCH})
 def run_page_context(
     model_admin: WorkflowRunAdmin, request: HttpRequest, run: WorkflowRun
 ) -> dict[str, Any]:
-    """Three queries: the steps, their attempts, the audit trail (with its users); and the
-    run's approvals with their decisions."""
+    """Four queries: the steps, their attempts, the audit trail (with its users), the updates
+    (with their senders and signals); and the run's approvals with their decisions."""
     steps = list(
         WorkflowStep.objects.filter(run=run)
         .with_clock()
@@ -59,6 +65,7 @@ def run_page_context(
         .select_related("user")
         .order_by("-created_at", "-id")
     )
+    updates = WorkflowUpdate.objects.filter(run=run).select_related("sent_by", "signal")
     site = model_admin.admin_site
     operations = model_admin.run_operations(request, run)
     fork_url = next((op["url"] for op in operations if op["name"] == FORK.action), None)
@@ -77,6 +84,7 @@ def run_page_context(
         "timeline_rows": timeline_rows,
         "timeline_gathers": any(not isinstance(row, Lane) for row in timeline_rows),
         "audit_trail": [_audit_row(site, entry) for entry in audit],
+        "updates": [_update_row(update) for update in updates.order_by("created_at", "id")],
         "silent_attempts": silent_attempts(steps),
         **run_approvals_context(site, request, run),
     }
@@ -174,6 +182,27 @@ def _attempt_row(step: WorkflowStep, attempt: WorkflowStepHistory) -> dict[str, 
         "worker": attempt.worker or EMPTY,
         "times": [(name, getattr(attempt, f"{name}_at")) for name in ATTEMPT_TIMES],
         "error": pretty_error(attempt.error, omit=("step_key",)),
+    }
+
+
+def _update_row(update: WorkflowUpdate) -> dict[str, Any]:
+    """An update as the run sees it: accepted (no `wf.receive` took it yet), taken (received,
+    not answered yet) or answered, with its answer."""
+    if update.completed_at is not None:
+        status = status_badge("succeeded", "answered")
+    elif update.signal is not None and update.signal.consumed_at is not None:
+        status = status_badge("waiting", "taken")
+    else:
+        status = status_badge("pending", "accepted")
+    return {
+        "name": update.name,
+        "update_id": update.update_id,
+        "sent_by": update.sent_by.get_username() if update.sent_by else EMPTY,
+        "status": status,
+        "sent_at": update.created_at,
+        "answered_at": update.completed_at,
+        "payload": pretty_json(update.payload),
+        "result": pretty_json(update.result) if update.completed_at is not None else EMPTY,
     }
 
 

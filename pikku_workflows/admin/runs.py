@@ -44,6 +44,7 @@ from .display import (
     status_badge,
 )
 from .filters import (
+    LatestOfChainsFilter,
     RetryingFilter,
     RunLevelFilter,
     StartedFilter,
@@ -203,6 +204,7 @@ class WorkflowRunAdmin(
     list_filter = (
         RunLevelFilter,
         "status",
+        LatestOfChainsFilter,
         WorkflowFilter,
         WaitingOnFilter,
         AwaitingApprovalFilter,

@@ -1,5 +1,7 @@
 """Server-Sent Events of one run (`GET runs/{id}/events/`): its summary, then every new timeline
-event (`id:` = its seq) until the run has ended, then an `end` event with the final summary.
+event (`id:` = its seq) until the run has ended, then an `end` event with the final summary. A
+run that continued as new sends a `continued` event naming its successor just before `end`, so a
+client follows the chain to the successor's stream.
 
 - Fresh connection: `summary` carries `id:` = the last seq it covers; events after it follow.
 - Reconnection (`Last-Event-ID: N`, or `?last_event_id=N` for clients that cannot set headers):
@@ -115,7 +117,7 @@ class RunEventStream:
         summary = pw.get_run_status(self.run_id)
         chunks = [sse("summary", summary, event_id=summary_id), *self._unsent()]
         if summary["status"] in TERMINAL_RUN_STATUSES:
-            chunks.append(self._end(summary))
+            chunks += self._end(summary)
         return chunks
 
     def refresh(self) -> list[str]:
@@ -125,9 +127,9 @@ class RunEventStream:
             ended = status.get() in TERMINAL_RUN_STATUSES
             chunks = self._unsent()
             if ended:
-                chunks.append(self._end(pw.get_run_status(self.run_id)))
+                chunks += self._end(pw.get_run_status(self.run_id))
         except (WorkflowRun.DoesNotExist, pw.RunNotFound):
-            return [self._end(None)]
+            return self._end(None)
         return chunks
 
     def should_read(self, woken: bool) -> bool:
@@ -156,9 +158,12 @@ class RunEventStream:
             self.sent_seq = events[-1]["seq"]
         return [sse("timeline", event, event_id=event["seq"]) for event in events]
 
-    def _end(self, summary: dict[str, Any] | None) -> str:
+    def _end(self, summary: dict[str, Any] | None) -> list[str]:
         self.done = True
-        return sse("end", summary)
+        if summary is None or summary.get("continued_to") is None:
+            return [sse("end", summary)]
+        continued = {"run_id": summary["id"], "continued_to": summary["continued_to"]}
+        return [sse("continued", continued), sse("end", summary)]
 
 
 def follow(stream: RunEventStream, slot: Slot, wake: Callable[[], None]) -> None:

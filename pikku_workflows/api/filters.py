@@ -174,6 +174,11 @@ class RunFilterSet(django_filters.FilterSet):
         choices=[(kind, kind) for kind in WaitingKind.values], method="filter_waiting_on"
     )
     awaiting_approval = StrictBooleanFilter(method="filter_awaiting_approval")
+    latest_only = StrictBooleanFilter(
+        method="filter_latest_only",
+        help_text="true: of each chain of runs that continued as new, its latest run only "
+        "(continued runs left out); false: every run.",
+    )
     q = django_filters.CharFilter(
         method="filter_search", max_length=MAX_TEXT, help_text="Id prefix or workflow name."
     )
@@ -195,6 +200,9 @@ class RunFilterSet(django_filters.FilterSet):
 
     def filter_awaiting_approval(self, queryset: QuerySet, name: str, value: bool) -> QuerySet:
         return queryset.awaiting_approval(value)  # type: ignore[attr-defined]
+
+    def filter_latest_only(self, queryset: QuerySet, name: str, value: bool) -> QuerySet:
+        return queryset.latest_of_chains() if value else queryset  # type: ignore[attr-defined]
 
     def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.matching(value)  # type: ignore[attr-defined]

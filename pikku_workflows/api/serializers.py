@@ -161,6 +161,7 @@ class BulkFiltersSerializer(BulkOptionsSerializer):
     subject_id = serializers.CharField(required=False, max_length=MAX_KEY)
     waiting_on = serializers.ChoiceField(choices=WaitingKind.values, required=False)
     awaiting_approval = serializers.BooleanField(required=False)
+    latest_only = serializers.BooleanField(required=False)
     q = serializers.CharField(required=False, max_length=MAX_KEY)
 
 

@@ -100,8 +100,14 @@ from .stream_slots import stream_slots
 SSE_EVENT = {
     "type": "object",
     "properties": {
-        "event": {"type": "string", "enum": ["summary", "timeline", "end", "error"]},
-        "data": {"type": "string", "description": "JSON: a run summary or a timeline event."},
+        "event": {
+            "type": "string",
+            "enum": ["summary", "timeline", "continued", "end", "error"],
+        },
+        "data": {
+            "type": "string",
+            "description": "JSON: a run summary, a timeline event, or the successor (`continued`).",
+        },
         "id": {"type": "string", "description": "The seq of the last event this one covers."},
     },
     "required": ["event", "data"],
@@ -350,8 +356,10 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
                 SSE_EVENT,
                 description="A stream of events: `summary` (the run summary; `id:` the last "
                 "seq it covers on a fresh connection), then one `timeline` event per timeline "
-                "event (`id:` its seq), then `end` (the final summary) once the run has ended. "
-                "A comment line every 15 s keeps the connection open.",
+                "event (`id:` its seq), then `end` (the final summary) once the run has ended; "
+                "a run that continued as new sends `continued` (`run_id`, `continued_to`: its "
+                "successor) just before `end`. A comment line every 15 s keeps the connection "
+                "open.",
             ),
             **errors(400, 404, 410),
             **{

@@ -144,6 +144,13 @@ class WorkflowRun(models.Model):
             # The API's run list pages on (created_at, id), newest first, with no filter.
             models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
+            # The list showing the latest run of each chain pages on (created_at, id) without
+            # reading the continued runs of long chains.
+            models.Index(
+                fields=["created_at", "id"],
+                name="pikku_run_latest_created",
+                condition=~Q(status="continued"),
+            ),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
             # The list's filters by what a run waits on (awaiting approval is `approval`) and
             # by when it finished (its starter, parent and subject have their foreign keys').

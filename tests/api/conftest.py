@@ -11,6 +11,7 @@ from django import forms
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
+from pikku_workflows.api import event_watcher, events
 from tests.queue import drain_queue
 from tests.shop import Shop
 
@@ -98,3 +99,10 @@ def worker(django_capture_on_commit_callbacks: Any) -> Callable[[Callable[[], An
         return response
 
     return run
+
+
+@pytest.fixture
+def fast_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Event streams that notice changes and send heartbeats within a fraction of a second."""
+    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.02)
+    monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.2)

@@ -28,12 +28,6 @@ def streamed(response: Any) -> str:
     ).decode()
 
 
-@pytest.fixture
-def fast_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.02)
-    monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.2)
-
-
 @pytest.mark.django_db
 def test_events__ended_run_sends_its_summary_with_the_last_seq_then_end(shop, operator_api):
     run = shop.start()

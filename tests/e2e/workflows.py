@@ -259,3 +259,23 @@ def async_gather(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
     fetched = wf.map("fetch", "e2e.async_fetch", [{"i": i, "seconds": 0.05} for i in range(3)])
     local = wf.gather(*(wf.call(f"local{i}", "e2e.async_local", i) for i in range(3)))
     return {"fetched": [item["i"] for item in fetched], "local": local}
+
+
+def any_item(input: Any, state: Any, payload: Any) -> None:
+    """Every `add` is accepted: the test checks what the run does with them, not the validator."""
+
+
+@pw.workflow("e2e.cart_chain", updates={"add": any_item})
+def cart_chain(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    """Takes an `add` update (answered with the item's position) and a `note` signal in turns
+    until it holds `input["expect"]` of each, handing over every `input["link"]` steps with what
+    it took so far."""
+    items, notes = input["items"], input["notes"]
+    while len(items) < input["expect"]:
+        if wf.history_length >= input["link"]:
+            wf.continue_as_new({**input, "items": items, "notes": notes})
+        message = wf.receive("add")
+        items = [*items, message.payload]
+        wf.reply(message, {"position": len(items)})
+        notes = [*notes, wf.wait_for_signal("note", "note")]
+    return {"items": items, "notes": notes}

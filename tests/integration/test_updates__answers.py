@@ -1,6 +1,6 @@
 """`pw.update`: the validator runs in the caller and a refusal writes nothing; an accepted update
 is taken in order by `wf.receive` and answered by `wf.reply`; the same `update_id` is one
-update; an unanswered update times out and stays; ended runs refuse updates, continued runs
+update; the caller is woken by the answer's notice; an unanswered update times out and stays; ended runs refuse updates, continued runs
 forward them to their latest run."""
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
+from pikku_workflows.engine.operations import updates as update_operations
 from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowSignal, WorkflowUpdate
 from tests.concurrency.harness import elsewhere
+from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -71,6 +74,35 @@ def test_update__is_answered_by_the_run(cart):
         {"total": 5, "by": None},
     )
     assert update.completed_at is not None
+
+
+def test_update__the_caller_waits_for_the_answer_s_notice_not_a_poll(cart, monkeypatch):
+    # Without its notice the caller would read the row again only after this long.
+    monkeypatch.setattr(update_operations, "NOTICE_RECHECK_SECONDS", 600.0)
+    run_id = pw.start_workflow(cart, {"items": 1})
+
+    def drive_later():
+        try:
+            wait_until(lambda: WorkflowUpdate.objects.exists(), 10, "the update")
+            time.sleep(0.3)  # the caller is waiting by now: the answer wakes it
+            orchestrate(run_id)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=drive_later, daemon=True)
+    worker.start()
+    with CaptureQueriesContext(connection) as captured:
+        answer = pw.update(run_id, "add", {"price": 5}, timeout="60s")
+    worker.join(30)
+
+    assert answer == {"total": 5, "by": None}
+    statements = [query["sql"] for query in captured.captured_queries]
+    listens = [sql for sql in statements if sql.startswith(("LISTEN", "UNLISTEN"))]
+    assert [sql.split()[0] for sql in listens] == ["LISTEN", "UNLISTEN"]
+    # Once before the answer, once after its notice: no poll in between.
+    answer_read = 'SELECT "pikku_workflows_workflowupdate"."completed_at" AS "completed_at"'
+    reads = [sql for sql in statements if sql.startswith(answer_read)]
+    assert len(reads) == 2
 
 
 def test_update__accepted_returns_its_id_and_the_run_takes_updates_in_order(cart):
@@ -181,3 +213,36 @@ def test_update__to_a_continued_run_goes_to_its_successor():
     assert elsewhere(lambda: orchestrate(successor.pk)) is None
     assert pw.update(first, "add", {"price": 1}, update_id=kept) == 1
     assert WorkflowUpdate.objects.get().run_id == successor.pk
+
+
+def queries_of(action) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        action()
+    return len(captured)
+
+
+def test_update__a_pass_replays_answered_updates_without_a_query_each(cart):
+    def pass_after(answered: int) -> int:
+        run_id = pw.start_workflow(cart, {"items": 50})
+        for _ in range(answered):
+            pw.update(run_id, "add", {"price": 1}, wait="accepted")
+        orchestrate(run_id)  # takes and answers them all
+        assert WorkflowUpdate.objects.filter(run_id=run_id, completed_at=None).count() == 0
+        pw.update(run_id, "add", {"price": 1}, wait="accepted")
+        return queries_of(lambda: orchestrate(run_id))
+
+    assert pass_after(2) == pass_after(12)
+
+
+def test_update__to_the_first_run_of_a_long_chain_costs_what_a_short_one_does():
+    @pw.workflow("updates.relay", updates={"add": positive_price})
+    def relay(wf, input):
+        if input["link"] < input["links"]:
+            wf.continue_as_new({**input, "link": input["link"] + 1})
+        wf.reply(wf.receive("add"), input["link"])
+
+    def update_cost(links: int) -> int:
+        first = pw.start_workflow("updates.relay", {"link": 1, "links": links}, inline=True)
+        return queries_of(lambda: pw.update(first, "add", {"price": 1}, wait="accepted"))
+
+    assert update_cost(2) == update_cost(6)

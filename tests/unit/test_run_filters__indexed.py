@@ -25,6 +25,7 @@ FILTER_COLUMNS = {
     "subject_id": "subject_type_id",  # with subject_type: one index (type, id)
     "waiting_on": "waiting_on",
     "awaiting_approval": "waiting_on",
+    "latest_only": "status",  # not continued: its own partial index pages the list besides
     "ordering": "created_at",
 }
 SEARCHES = {"q"}

@@ -23,7 +23,7 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
-from ..store.continue_transitions import successor_of
+from ..store.continue_transitions import latest_in_chain
 from ..store.signal_rows import deliver_signals_txn, keep_signal_txn, kept_signal_count_txn
 from .reads import get_run_status, missing_run, run_pk
 from .users import checked_user
@@ -81,10 +81,12 @@ def send_signal(run_id: Any, name: str, payload: Any = None, *, by: Any = None) 
 
 def lock_latest_run_txn(pk: Any) -> tuple[Any, str | None]:
     """The run that takes a signal sent to `pk`, locked, and its status: `pk` itself, or for a
-    continued run its latest successor (a signal never falls between two links of a chain)."""
+    continued run its latest successor (a signal never falls between two links of a chain: a
+    hand-over locks the run it ends first, so the latest run found locked and not continued
+    stays the latest until this transaction ends)."""
     status = lock_run_for_signals_txn(pk)
     while status == RunStatus.CONTINUED:
-        pk = successor_of(pk)
+        pk = latest_in_chain(pk)
         status = lock_run_for_signals_txn(pk)
     return pk, status
 

@@ -146,6 +146,9 @@ class ReplayPass:
     lease_released: bool = False
     # A step's success not written yet: the pass's next write records it (attempts.py).
     unrecorded: UnrecordedSuccess | None = None
+    # The ids of the run's answered updates, read at the pass's first `wf.reply`: a replayed
+    # reply of one of them writes nothing (update_steps.py).
+    answered_updates: set[str] | None = None
 
     def __post_init__(self) -> None:
         self.cursor = Cursor(Counter(), None, self.run.created_at)

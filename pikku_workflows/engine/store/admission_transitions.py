@@ -120,6 +120,14 @@ def release_slots_txn(run_id: Any, slots: list[tuple[str, str]]) -> list[str]:
     return admitted
 
 
+def hand_over_slots_txn(run_id: Any, successor_id: Any) -> None:
+    """Give the successor of a run that continued as new every slot the run held (their keys'
+    locks held, `lock_keys_txn`): the chain keeps its place, so nothing queued on those keys
+    is admitted in between, and each key's count stays as it was."""
+    assert transaction.get_connection().in_atomic_block
+    WorkflowSlot.objects.filter(run_id=run_id).update(run_id=successor_id)
+
+
 def admit_queued_txn(workflow: str, key: str) -> list[str]:
     """Admit the queued runs of `workflow` with `key` its rule has room for, earliest effective
     start first; each gets a pass once this transaction commits. Returns their ids."""

@@ -4,34 +4,55 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from ...models import WorkflowRun, WorkflowSignal, WorkflowStep, WorkflowUpdate
+from ...sql import Statements
 from ...status import RunStatus, StepStatus
+from .admission_transitions import hand_over_slots_txn, held_slots, lock_keys_txn
 from .run_rows import create_run_row
 from .run_transitions import move_run
+from .tables import engine_names
+from .transitions import on_postgresql
+
+STATEMENTS = Statements(Path(__file__).with_name("continue_transitions.sql"), names=engine_names)
 
 
 def continue_run(run: WorkflowRun, input: Any, *, lease_holder: str) -> WorkflowRun:
     """End `run` continued, while `lease_holder` holds its lease, and return its successor: the
-    same workflow, subject, starter and parent, with `input` (already storable JSON), unleased
-    (an inline caller leases it next, else a worker's pass does).
+    same workflow, subject, starter, parent and schedule, with `input` (already storable JSON),
+    unleased (an inline caller leases it next, else a worker's pass does).
 
-    The guarded move comes first: it locks the run's row, so a signal sent meanwhile either
+    The successor is admitted as the run was: it takes over the run's concurrency slots (and
+    key and priority), so no run queued on those keys starts between two links of the chain.
+    The keys' locks come first, as every transition that ends a slot's holder takes them.
+
+    The guarded move then locks the run's row, so a signal sent meanwhile either
     committed before (and moves with the others) or waits and finds the run continued. A second
     hand-over of the same run finds it moved (`InvalidTransition`, `RunInterrupted`) and rolls
     back before creating anything; `continued_from` is unique besides.
     """
     with transaction.atomic():
+        lock_keys_txn(held_slots(run.pk))
         move_run(
-            run.pk, RunStatus.CONTINUED, expected=[RunStatus.RUNNING], lease_holder=lease_holder
+            run.pk,
+            RunStatus.CONTINUED,
+            expected=[RunStatus.RUNNING],
+            lease_holder=lease_holder,
+            keeps_slots=True,
         )
         successor = create_run_row(
             run.workflow,
             input,
             inline=False,
+            admitted=True,
+            concurrency_key=run.concurrency_key,
+            priority=run.priority,
+            schedule_id=run.schedule_id,
+            scheduled_for=run.scheduled_for,
             continued_from_id=run.pk,
             started_by_id=run.started_by_id,
             subject_type_id=run.subject_type_id,
@@ -39,6 +60,7 @@ def continue_run(run: WorkflowRun, input: Any, *, lease_holder: str) -> Workflow
             parent_run_id=run.parent_run_id,
             parent_step_id=run.parent_step_id,
         )
+        hand_over_slots_txn(run.pk, successor.pk)
         WorkflowUpdate.objects.filter(run_id=run.pk, signal__consumed_at__isnull=True).update(
             run_id=successor.pk
         )
@@ -60,7 +82,13 @@ def successor_of(run_id: Any) -> Any:
 
 
 def chain_from(run_id: Any) -> list[Any]:
-    """`run_id` and the ids of the runs that continue it, in order."""
+    """`run_id` and the ids of the runs that continue it, in order: on PostgreSQL one statement
+    however long the chain (a caller that names a chain by its first run pays nothing per link),
+    elsewhere a query per link."""
+    if on_postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute(STATEMENTS["chain_from"], {"run_id": run_id})
+            return [row[0] for row in cursor.fetchall()] or [run_id]
     chain = [run_id]
     while (successor := successor_of(chain[-1])) is not None:
         chain.append(successor)

@@ -18,7 +18,7 @@ from ...flow import Debounce, run_priority
 from ...models import WorkflowRun, WorkflowVersion
 from ...observability.tracing import caller_traceparent
 from ...querysets import DatabaseNow
-from ...registry import registry
+from ...registry import WorkflowDefinition, registry
 from ...serialization import describe_error
 from ...sql import Statements
 from ...status import RunStatus
@@ -42,7 +42,13 @@ STATEMENTS = Statements(
 
 
 def create_run_row(
-    workflow: str, input: Any, *, inline: bool, lease_holder: str | None = None, **fields: Any
+    workflow: str,
+    input: Any,
+    *,
+    inline: bool,
+    lease_holder: str | None = None,
+    admitted: bool = False,
+    **fields: Any,
 ) -> WorkflowRun:
     """Insert a running run of a registered workflow and upsert its version row.
 
@@ -58,9 +64,15 @@ def create_run_row(
     InvalidInput, before anything is written, when the rule's key function fails on `input`;
     LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
     taken first (one statement each): a run they hold is queued until `not_before`.
+
+    With `admitted`, the caller has admitted the run already (a successor taking over its
+    predecessor's slots, `fields` giving its key and priority): no rule or rate applies.
     """
-    run, version, admission = _new_run(workflow, input, lease_holder, inline=inline, **fields)
-    run.not_before = start_time(workflow)
+    run, version, admission = _new_run(
+        workflow, input, lease_holder, admitted, inline=inline, **fields
+    )
+    if not admitted:
+        run.not_before = start_time(workflow)
     _insert(run, version, admission, None)
     events.announce_run_started(run)
     return run
@@ -104,13 +116,14 @@ def start_run_row(
 
 
 def _new_run(
-    workflow: str, input: Any, lease_holder: str | None, **fields: Any
+    workflow: str, input: Any, lease_holder: str | None, admitted: bool = False, **fields: Any
 ) -> tuple[WorkflowRun, WorkflowVersion, Admission | None]:
     """The unsaved run (and the version row it runs) a start of `workflow` would insert;
-    InvalidInput for a key or priority function that fails on `input`."""
+    InvalidInput for a key or priority function that fails on `input`. An `admitted` run's
+    caller gives its key and priority in `fields`."""
     definition = registry.get_workflow(workflow)
-    admission = admission_for(workflow, input)
-    priority = run_priority(definition.priority, workflow, input)
+    admission = None if admitted else admission_for(workflow, input)
+    flow_fields = {} if admitted else _flow_fields(definition, admission, input)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -130,9 +143,7 @@ def _new_run(
         planned_steps=definition.planned_steps,
         lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
-        concurrency_key=admission.key if admission else None,
-        priority=priority,
-        **{"traceparent": caller_traceparent(), **fields},
+        **{"traceparent": caller_traceparent(), **flow_fields, **fields},
     )
     return run, version, admission
 
@@ -159,6 +170,17 @@ def _insert(
 def _joined_run(run_id: Any) -> WorkflowRun:
     """The run a start joined, as far as the start knows it (its other fields load on use)."""
     return WorkflowRun.from_db(connection.alias, ["id", "status"], [run_id, RunStatus.QUEUED])
+
+
+def _flow_fields(
+    definition: WorkflowDefinition, admission: Admission | None, input: Any
+) -> dict[str, Any]:
+    """What flow control gives a new run: its concurrency key and its priority (the time its
+    limits' rates let it start is taken apart: a start joining a debounce window takes none)."""
+    return {
+        "concurrency_key": admission.key if admission else None,
+        "priority": run_priority(definition.priority, definition.name, input),
+    }
 
 
 def _insert_in_one_statement(

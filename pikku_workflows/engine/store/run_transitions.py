@@ -28,6 +28,7 @@ def move_run(
     *,
     expected: Iterable[str] | None = None,
     lease_holder: str | None = None,
+    keeps_slots: bool = False,
     **fields: Any,
 ) -> None:
     """Move a run to `target` if its status is one of `expected` (default: every legal source).
@@ -38,9 +39,11 @@ def move_run(
 
     A run that ends frees its concurrency slots in the same transaction, which admits the runs
     queued on them: the keys' locks first, then the run's row (the lock order of claims.sql).
+    With `keeps_slots` (a run handing them to its successor) its slots stay where they are: the
+    caller holds their keys' locks and moves them in its own transaction.
     """
     sources = checked_sources("run", target, run_sources(target), expected)
-    if target in TERMINAL_RUN_STATUSES and registry.uses_concurrency:
+    if target in TERMINAL_RUN_STATUSES and registry.uses_concurrency and not keeps_slots:
         with transaction.atomic():
             slots = held_slots(run_id)
             lock_keys_txn(slots)

@@ -1,16 +1,22 @@
 """Updates in the tables (`pw.update`): accepted as a row and sent to the run as a signal of the
 engine's own name (so `wf.receive` takes them in order, each once, and a hand-over moves them
-with the other signals), then completed once by `wf.reply`."""
+with the other signals), then completed once by `wf.reply`: audited as `reply` and, on
+PostgreSQL, announced with a NOTIFY on the update's own channel, which its caller LISTENs on."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
-from ...models import WorkflowUpdate
+from ...models import WorkflowAuditEntry, WorkflowUpdate
 from ...querysets import DatabaseNow
+from ...sql import Statements
 from .signal_rows import keep_signal_txn
+from .transitions import on_postgresql
+
+STATEMENTS = Statements(Path(__file__).with_name("update_transitions.sql"), names=dict)
 
 # Signals of this prefix carry updates: `:` is no part of a name `pw.update` accepts.
 UPDATE_SIGNAL_PREFIX = "update:"
@@ -51,9 +57,32 @@ def accept_update_txn(
     return update
 
 
+def answered_update_ids(run_id: Any) -> set[str]:
+    """The update ids of the run's answered updates."""
+    answered = WorkflowUpdate.objects.filter(run_id=run_id, completed_at__isnull=False)
+    return set(answered.values_list("update_id", flat=True))
+
+
 def complete_update(run_id: Any, update_id: str, result: Any) -> bool:
-    """Record the answer to the update, once: a replay's `wf.reply` finds it answered."""
-    answered = WorkflowUpdate.objects.filter(
-        run_id=run_id, update_id=update_id, completed_at__isnull=True
-    )
-    return bool(answered.update(result=result, completed_at=DatabaseNow()))
+    """Record the answer to the update, once, with a `reply` audit row (the timeline's event of
+    the answer): a replay's `wf.reply` finds it answered and writes nothing."""
+    with transaction.atomic():
+        unanswered = WorkflowUpdate.objects.filter(
+            run_id=run_id, update_id=update_id, completed_at__isnull=True
+        )
+        found = unanswered.values_list("pk", "name").first()
+        if found is None or not unanswered.update(result=result, completed_at=DatabaseNow()):
+            return False
+        pk, name = found
+        WorkflowAuditEntry.objects.create(
+            run_id=run_id, action="reply", payload={"update": name, "update_id": update_id}
+        )
+        if on_postgresql():
+            with connection.cursor() as cursor:  # delivered to the caller when this commits
+                cursor.execute(STATEMENTS["announce_answer"], {"channel": answer_channel(pk)})
+    return True
+
+
+def answer_channel(update_pk: int) -> str:
+    """The channel the answer to update row `update_pk` is announced on (PostgreSQL)."""
+    return f"pikku_update_{update_pk}"
