@@ -132,6 +132,11 @@ class WorkflowRun(models.Model):
             # The API's run list pages on (created_at, id), newest first, with no filter.
             models.Index(fields=["created_at", "id"], name="pikku_run_created_id"),
             models.Index(fields=["status", "created_at"], name="pikku_run_status_created"),
+            # The API's counts by status and workflow, at any level: an index-only scan (a
+            # small index: repeated keys are stored once), never the table.
+            models.Index(
+                fields=["status", "workflow", "parent_run"], name="pikku_run_status_workflow"
+            ),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
             # The list's filters by what a run waits on (awaiting approval is `approval`) and
             # by when it finished (its starter, parent and subject have their foreign keys').
