@@ -318,3 +318,13 @@ def test_list__leaves_json_payloads_in_the_database(admin_client, runs):
     # Of the error only its message is read (a suspended run's reason), never its traceback.
     assert '"pikku_workflows_workflowrun"."error",' not in select_list
     assert "->" in select_list
+
+
+def test_list__selection_checkbox_is_djangos_markup(runs):
+    from django.contrib import admin
+    from django.contrib.admin import ModelAdmin
+
+    run_admin = admin.site._registry[WorkflowRun]
+    run = runs["completed"]
+
+    assert run_admin.action_checkbox(run) == ModelAdmin.action_checkbox(run_admin, run)
