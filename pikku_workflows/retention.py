@@ -51,7 +51,7 @@ def parse_retention(retention: Any, *, what: str) -> dict[str, int]:
 # hold them about this long (claims skip those runs meanwhile, never wait, but operators do).
 BATCH_TARGET_MS = 150.0
 # The first batch's size, before a batch's duration has said what this database takes.
-FIRST_BATCH = 50
+FIRST_BATCH = 10
 
 
 def next_batch_size(size: int, took_ms: float, most: int) -> int:
