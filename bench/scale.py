@@ -84,41 +84,44 @@ def status_case(column: str) -> str:
 
 
 def bulk_load(runs: int, starter_id: int) -> None:
-    """`runs` run rows in one statement; 1 in 20 a child of an earlier run, 1 in 100 started by
-    the bench user."""
+    """`runs` run rows in one statement (columns it does not set take their model defaults; `%%`
+    is SQL's modulo under the statement's parameters); 1 in 20 a child of an earlier run, 1 in
+    100 started by the bench user."""
     from django.db import connection
 
+    from bench.purge import insert_series
+    from pikku_workflows.models import WorkflowRun
+
     waits = "ARRAY[" + ", ".join(f"'{w}'" for w in LIVE_WAITS) + "]"
+    ended = "status IN ('completed', 'failed', 'cancelled')"
+    insert_series(
+        WorkflowRun,
+        f"""(
+            SELECT n, r, {status_case("status")} AS status, {status_case("waits")} AS waits,
+                   {status_case("code")} AS code,
+                   now() - (interval '90 days' * n / {runs}) AS created
+            FROM (SELECT n, random() AS r FROM generate_series(1, {runs}) AS n) numbered
+        ) mixed""",
+        {
+            "id": "gen_random_uuid()",
+            "workflow": f"'bench.flow' || (n %% {WORKFLOWS})",
+            "status": "status",
+            "input": "jsonb_build_object('order', n)",
+            "created_at": "created",
+            "updated_at": "created",
+            "finished_at": f"CASE WHEN {ended} THEN created + interval '3 seconds' END",
+            "error": "CASE WHEN code IS NOT NULL "
+            "THEN jsonb_build_object('code', code, 'message', 'card declined') END",
+            "started_by_id": f"CASE WHEN n %% 100 = 0 THEN {starter_id} END",
+            "steps_total": "10",
+            "steps_done": "CASE WHEN status = 'completed' THEN 10 ELSE n %% 10 END",
+            "current_step_key": "'s' || (n %% 10)",
+            "waiting_on": f"CASE WHEN status = 'running' THEN ({waits})[1 + n %% {len(LIVE_WAITS)}] "
+            "ELSE waits END",
+            "last_error_code": "code",
+        },
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO pikku_workflows_workflowrun (
-                id, workflow, status, input, state, graph_hash, code_version, inline,
-                idempotency_scope, created_at, updated_at, finished_at, rerun_requested,
-                error, started_by_id, steps_total, steps_done, current_step_key, waiting_on,
-                last_error_code
-            )
-            SELECT gen_random_uuid(), 'bench.flow' || (n % {WORKFLOWS}), status,
-                   jsonb_build_object('order', n), '{{}}'::jsonb, '', 'v1', false, '',
-                   created, created, CASE WHEN status IN ('completed', 'failed', 'cancelled')
-                                          THEN created + interval '3 seconds' END,
-                   false,
-                   CASE WHEN code IS NOT NULL
-                        THEN jsonb_build_object('code', code, 'message', 'card declined') END,
-                   CASE WHEN n % 100 = 0 THEN {starter_id} END,
-                   10, CASE WHEN status = 'completed' THEN 10 ELSE n % 10 END,
-                   's' || (n % 10),
-                   CASE WHEN status = 'running' THEN ({waits})[1 + n % {len(LIVE_WAITS)}]
-                        ELSE waits END,
-                   code
-            FROM (
-                SELECT n, r, {status_case("status")} AS status, {status_case("waits")} AS waits,
-                       {status_case("code")} AS code,
-                       now() - (interval '90 days' * n / {runs}) AS created
-                FROM (SELECT n, random() AS r FROM generate_series(1, {runs}) AS n) numbered
-            ) mixed
-            """
-        )
         # Children: 1 in 20 runs hangs under the run created just before it.
         cursor.execute(
             """

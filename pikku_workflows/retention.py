@@ -45,3 +45,18 @@ def parse_retention(retention: Any, *, what: str) -> dict[str, int]:
         except InvalidInput as exc:
             raise InvalidInput(f"{what} for {status!r}: {exc.message}") from exc
     return kept
+
+
+# A purge's batch holds the row locks of the runs it takes until it commits: each is sized to
+# hold them about this long (claims skip those runs meanwhile, never wait, but operators do).
+BATCH_TARGET_MS = 150.0
+# The first batch's size, before a batch's duration has said what this database takes.
+FIRST_BATCH = 10
+
+
+def next_batch_size(size: int, took_ms: float, most: int) -> int:
+    """The next batch's size after one of `size` runs took `took_ms`: scaled toward
+    BATCH_TARGET_MS, at most doubled (one fast batch proves little), at least 1, at most
+    `most` (PURGE_BATCH or the purge's `batch`)."""
+    scaled = int(size * BATCH_TARGET_MS / max(took_ms, 1.0))
+    return max(1, min(most, 2 * size, scaled))

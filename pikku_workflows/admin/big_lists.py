@@ -31,7 +31,8 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         runs: QuerySet[Any] = self.object_list  # type: ignore[assignment]
-        bounded = runs.order_by()[: EXACT_COUNT_LIMIT + 1].count()
+        # Ids alone: the list's annotations (computed from JSON per row) count nothing.
+        bounded = runs.order_by().values("pk")[: EXACT_COUNT_LIMIT + 1].count()
         if bounded <= EXACT_COUNT_LIMIT:
             return bounded
         self.estimated = True

@@ -17,8 +17,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from ..conf import pikku_settings
-from ..models import WorkflowRun, WorkflowStep
-from ..querysets import WAITING_KINDS, RunLevel, runs_with_step, waiting_on_q
+from ..models import WorkflowRun
+from ..querysets import WAITING_KINDS, DatabaseNow, RunLevel, waiting_on_q
 from ..registry import registry
 from ..status import TERMINAL_RUN_STATUSES, RunStatus
 from ..waiting import WaitingKind
@@ -65,7 +65,8 @@ class LatestOfChainsFilter(admin.SimpleListFilter):
 
 
 class RetryingFilter(admin.SimpleListFilter):
-    """Running runs with a failed attempt that will be tried again."""
+    """Running runs waiting out a retry's backoff (their row's `waiting_on`: the newest step
+    in flight failed an attempt that will be tried again)."""
 
     title = "retrying"
     parameter_name = "retrying"
@@ -74,7 +75,7 @@ class RetryingFilter(admin.SimpleListFilter):
         return [("yes", "Yes"), ("no", "No")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        retrying = runs_with_step(WorkflowStep.objects.retrying())
+        retrying = Q(status=RunStatus.RUNNING, waiting_on=WaitingKind.RETRY)
         if self.value() == "yes":
             return queryset.filter(retrying)
         if self.value() == "no":
@@ -82,13 +83,19 @@ class RetryingFilter(admin.SimpleListFilter):
         return None
 
 
-def stuck_runs(kind: str) -> QuerySet[WorkflowRun]:
-    """Runs that need help: a lapsed lease (a step's or the orchestrator's), or stalled
-    (nothing in flight and nothing changed for `STALLED_RUN_AFTER_SECONDS`)."""
-    runs = WorkflowRun.objects.all()
-    lapsed = runs.lease_lapsed() | runs.filter(runs_with_step(WorkflowStep.objects.lease_lapsed()))
+def stuck_runs(kind: str) -> Q:
+    """Runs that need help, judged from their rows: the orchestrator pass holding the run's
+    lease went silent (`lease`), or stalled (`stalled`: no pass holds it, it waits for its next
+    pass with nothing in flight, and its row has not moved for `STALLED_RUN_AFTER_SECONDS`).
+    A step whose own worker went silent is the "waiting on" filter's (it reads the steps)."""
+    lapsed = Q(
+        status=RunStatus.RUNNING, lease_holder__isnull=False, lease_expires_at__lt=DatabaseNow()
+    )
     before = timezone.now() - timedelta(seconds=pikku_settings.STALLED_RUN_AFTER_SECONDS)
-    stalled = runs.stalled(before)
+    lease_free = Q(lease_holder__isnull=True) | Q(lease_expires_at__lt=DatabaseNow())
+    stalled = (
+        Q(status=RunStatus.RUNNING, waiting_on=WaitingKind.PASS, updated_at__lt=before) & lease_free
+    )
     return {"lease": lapsed, "stalled": stalled}.get(kind, lapsed | stalled)
 
 
@@ -107,7 +114,7 @@ class StuckFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         if self.value() not in ("any", "lease", "stalled"):
             return None
-        return queryset.filter(pk__in=stuck_runs(self.value() or "").values("pk"))
+        return queryset.filter(stuck_runs(self.value() or ""))
 
 
 class StartedFilter(admin.DateFieldListFilter):

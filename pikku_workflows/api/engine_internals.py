@@ -18,6 +18,7 @@ from ..engine.operations.limits import get_limit, list_limits, update_limit
 from ..engine.operations.reads import (
     SHOWN_STEP_STATUSES,
     last_event_seq,
+    list_rows,
     list_summary,
     summarize,
     timeline_after,
@@ -42,6 +43,7 @@ __all__ = [
     "get_limit",
     "last_event_seq",
     "list_limits",
+    "list_rows",
     "list_summary",
     "schedule_dict",
     "start_run",

@@ -63,10 +63,10 @@ class WorkflowEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [
-            # Numbered rows only: a row numbered at commit leaves no entry behind in it.
-            models.UniqueConstraint(
-                fields=["run", "seq"], name="pikku_event_run_seq", condition=Q(seq__isnull=False)
-            ),
+            # Every row, numbered or not (NULLs never clash): the index also serves the foreign
+            # key, whose check for a deleted run's events reads by run alone; a partial index
+            # cannot answer it, and a purge scanned the whole log once per run.
+            models.UniqueConstraint(fields=["run", "seq"], name="pikku_event_run_seq"),
         ]
         indexes = [
             # Deleting a user sets its operator events' user to NULL.

@@ -43,8 +43,14 @@ class WorkflowRun(models.Model):
     # The namespace of `idempotency_key` (IDEMPOTENCY_SCOPE, `scope=`): keys of different scopes
     # never meet. "" is the unscoped namespace every run started before scopes lives in.
     idempotency_scope = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
+    # Indexed with the start time (Meta.indexes), which serves the foreign key too.
     started_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     subject_type = models.ForeignKey(
         ContentType, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -151,7 +157,14 @@ class WorkflowRun(models.Model):
                 name="pikku_run_latest_created",
                 condition=~Q(status="continued"),
             ),
+            # The API's counts by status and workflow, at any level: an index-only scan (a
+            # small index: repeated keys are stored once), never the table.
+            models.Index(
+                fields=["status", "workflow", "parent_run"], name="pikku_run_status_workflow"
+            ),
             models.Index(fields=["workflow", "created_at"], name="pikku_run_workflow_created"),
+            # A starter's runs newest first, however few they are among the rest.
+            models.Index(fields=["started_by", "created_at"], name="pikku_run_started_by_created"),
             # The list's filters by what a run waits on (awaiting approval is `approval`) and
             # by when it finished (its starter, parent and subject have their foreign keys').
             models.Index(fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"),

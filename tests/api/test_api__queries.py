@@ -52,6 +52,32 @@ def test_list__one_query_for_any_page_size_and_step_count(operator_api, operator
     assert small == large == PERMISSIONS + 1
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "status=failed",
+        "status=running,suspended",
+        "workflow=w1",
+        "waiting_on=approval",
+        "waiting_on=lease",
+        "awaiting_approval=true",
+        "started_by=operator",
+        "started_after=2020-01-01T00:00:00Z",
+        "finished_before=2100-01-01T00:00:00Z",
+        "level=children",
+        "has_parent=true",
+        "q=w1",
+        "status=failed&workflow=w1&ordering=created_at",
+    ],
+)
+def test_list__one_query_under_any_filter(operator_api, operator, query):
+    for index in range(3):
+        run_with_steps(2, workflow=f"w{index}", started_by=operator)
+
+    # The page of runs (with their starters), filtered in its own WHERE: no query per filter.
+    assert queries(operator_api, operator, f"{API}runs/?page_size=50&{query}") == PERMISSIONS + 1
+
+
 def test_detail__constant_whatever_the_step_count(operator_api, operator):
     few = run_with_steps(1)
     many = run_with_steps(40)

@@ -187,14 +187,15 @@ def test_purge__a_dry_run_counts_and_deletes_nothing():
     assert not WorkflowRunTombstone.objects.exists()
 
 
-def test_purge__goes_in_batches_of_root_runs():
+def test_purge__goes_in_batches_of_at_most_batch_root_runs():
     runs = [ended_order(n) for n in range(5)]
     for run_id in runs:
         age(run_id, days=40)
 
     counts = pw.purge_runs(older_than="30d", batch=2)
 
-    assert (counts["runs"], counts["batches"]) == (10, 3)
+    # Batches shrink below `batch` when one holds its locks too long, never grow past it.
+    assert counts["runs"] == 10 and counts["batches"] >= 3
     assert not WorkflowRun.objects.exists()
 
 

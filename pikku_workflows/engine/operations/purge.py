@@ -26,7 +26,13 @@ from ...exceptions import InvalidInput
 from ...models import WorkflowApproval, WorkflowRun, WorkflowRunTombstone
 from ...querysets import database_ago
 from ...registry import registry
-from ...retention import PURGEABLE_STATUSES, checked_statuses, parse_retention
+from ...retention import (
+    FIRST_BATCH,
+    PURGEABLE_STATUSES,
+    checked_statuses,
+    next_batch_size,
+    parse_retention,
+)
 from ...status import TERMINAL_RUN_STATUSES, ApprovalStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import (
@@ -67,7 +73,8 @@ def purge_runs(
 ) -> dict[str, Any]:
     """Delete ended root runs of `statuses` (and their whole trees) that ended more than
     `older_than` ago (a duration: "30d", ms, a timedelta), of `workflow` or of every workflow;
-    `batch` runs per transaction (PURGE_BATCH), for at most `max_seconds`; then the tombstones
+    at most `batch` runs per transaction (PURGE_BATCH; each batch sized to hold its locks about
+    BATCH_TARGET_MS), for at most `max_seconds`; then the tombstones
     past TOMBSTONE_DAYS. `dry_run` deletes nothing and counts what would go.
 
     Returns `{"runs", "rows": {model name: n}, "batches", "skipped", "tombstones_expired",
@@ -159,13 +166,15 @@ def _purge(
     for cutoff in cutoffs:
         purgeable |= cutoff.runs()
     after: tuple[Any, Any] | None = None
+    size = min(batch, FIRST_BATCH)
     while True:
         if deadline is not None and time.monotonic() >= deadline:
             counts["more"] = True
             break
         began = time.monotonic()
-        outcome = _purge_batch(purgeable, after, batch, dry_run)
+        outcome = _purge_batch(purgeable, after, size, dry_run)
         batch_ms = (time.monotonic() - began) * 1000
+        size = next_batch_size(size, batch_ms, batch)
         if outcome is None:
             counts["busy"] = True
             break

@@ -8,7 +8,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import F, Prefetch
+from django.contrib.auth import get_user_model
+from django.db.models import F, Prefetch, QuerySet
 from django.utils import timezone
 
 from ...approvals.policy import approval_id_for
@@ -93,6 +94,31 @@ def summarize(run: WorkflowRun, steps: list[WorkflowStep]) -> dict[str, Any]:
         "continued_from": str(run.continued_from_id) if run.continued_from_id else None,
         "continued_to": _successor_id(run),
     }
+
+
+# The run columns `list_summary` reads: a list page fetches these alone (`list_rows`).
+LIST_COLUMNS = (
+    "workflow",
+    "status",
+    "created_at",
+    "finished_at",
+    "started_by",
+    "planned_steps",
+    "steps_total",
+    "steps_done",
+    "current_step_key",
+    "waiting_on",
+    "last_error_code",
+    "error",
+    "compensation",
+)
+
+
+def list_rows(runs: QuerySet[WorkflowRun], *extra: str) -> QuerySet[WorkflowRun]:
+    """`runs` with what `list_summary` reads of each (and the columns `extra`), in one query:
+    their starters' usernames joined, every other column left in the database."""
+    username = f"started_by__{get_user_model().USERNAME_FIELD}"
+    return runs.select_related("started_by").only(*LIST_COLUMNS, *extra, username)
 
 
 def list_summary(run: WorkflowRun) -> dict[str, Any]:

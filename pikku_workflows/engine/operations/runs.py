@@ -119,10 +119,15 @@ def start_run(
     fields.update(origin or {})
     holder = new_lease_holder() if inline else None
     key = IdempotencyKey(name, scope, idempotency_key)
+    # A key whose run was purged long ago answers here without an insert; one purged while
+    # this start goes on is caught by the guard in `_create_or_reuse`.
     purged = key.purged_run()
     if purged is not None:
         return str(purged), False
-    run, created = _create_or_reuse(key, input, holder, fields, debounce=origin is None)
+    try:
+        run, created = _create_or_reuse(key, input, holder, fields, debounce=origin is None)
+    except _KeyOfPurgedRun as exc:
+        return str(exc.run_id), False
     if created and run.status == RunStatus.RUNNING:
         _begin(run, holder)
     return str(run.pk), created
@@ -166,20 +171,32 @@ class IdempotencyKey:
         return tombstones.values_list("pk", flat=True).first()
 
 
+class _KeyOfPurgedRun(Exception):
+    """The idempotency key named a run a purge took while this start went on: its insert is
+    rolled back, and the start answers with the purged run's id."""
+
+    def __init__(self, run_id: Any) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
 def _create_or_reuse(
     key: IdempotencyKey, input: Any, holder: str | None, fields: dict[str, Any], *, debounce: bool
 ) -> tuple[WorkflowRun, bool]:
     """The new run (an inline one born leased to `holder`), or the one `key` already names, or
-    the debounced run the start joined (not created: False)."""
+    the debounced run the start joined (not created: False); `_KeyOfPurgedRun` when a purge took
+    the key's run meanwhile."""
     existing = key.existing_run()
     if existing is not None:
         return _same_input(existing, input, key), False
     # Only a savepoint lets an enclosing transaction survive a duplicate key (IntegrityError);
-    # a skip is audited, and a replace cancels, while the start holds its key's count row.
+    # a skip is audited, and a replace cancels, while the start holds its key's count row; a
+    # keyed insert is undone when the key turns out to be a purged run's.
     in_transaction = transaction.get_connection().in_atomic_block
     rule = registry.get_workflow(key.workflow).concurrency
     settles = rule is not None and rule.on_full != OnFull.QUEUE
-    guarded = transaction.atomic if in_transaction or settles else nullcontext
+    keyed = key.key is not None
+    guarded = transaction.atomic if in_transaction or settles or keyed else nullcontext
     try:
         with guarded():
             run, joined = start_run_row(
@@ -194,13 +211,30 @@ def _create_or_reuse(
             )
             if getattr(run, "refused_slot", False):
                 settle_refused_txn(run)
+            _refuse_key_of_purged_run(key)
     except IntegrityError:
-        # Another caller created (or joined) the run with this key between our read and write.
+        # Another caller created (or joined) the run with this key between our read and write
+        # (and a purge may have taken it since).
         existing = key.existing_run()
         if existing is None:
+            _refuse_key_of_purged_run(key)
             raise
         return _same_input(existing, input, key), False
     return run, not joined
+
+
+def _refuse_key_of_purged_run(key: IdempotencyKey) -> None:
+    """After the insert, in its transaction: `_KeyOfPurgedRun` when the key names a purged run.
+
+    A purge deletes a run and writes its tombstone in one transaction. The insert passed the
+    key's unique index, so no run held the key any more: either none ever did, or the purge that
+    deleted it had committed before the insert went on (the index made the insert wait for it).
+    This statement reads after the insert, so it sees that purge's tombstone: whatever a purge
+    commits between the start's first reads and its insert, the key never starts a second run.
+    """
+    purged = key.purged_run()
+    if purged is not None:
+        raise _KeyOfPurgedRun(purged)
 
 
 def _same_input(run: WorkflowRun, input: Any, key: IdempotencyKey) -> WorkflowRun:

@@ -244,6 +244,10 @@ def lock_steps_of_runs_txn(run_ids: list[Any]) -> set[Any]:
     some of whose steps another transaction holds (a claim, a retry re-arming them: skipped, so
     a purge never waits, and never takes its locks in an order a claim could meet backwards)."""
     assert transaction.get_connection().in_atomic_block
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(STATEMENTS["lock_steps_of_purged_runs"], {"run_ids": run_ids})
+            return {run_id for (run_id,) in cursor.fetchall()}
     steps = WorkflowStep.objects.filter(run_id__in=run_ids)
     taken = Counter(
         steps.select_for_update(skip_locked=True, of=("self",)).values_list("run_id", flat=True)

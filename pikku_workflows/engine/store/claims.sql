@@ -91,3 +91,18 @@ WHERE status = %(run_queued)s AND not_before <= clock_timestamp() AND concurrenc
 ORDER BY not_before
 LIMIT %(limit)s
 FOR NO KEY UPDATE SKIP LOCKED
+
+-- name: lock_steps_of_purged_runs
+-- The steps of the runs %(run_ids)s locked FOR UPDATE where no other transaction holds them
+-- (never waited for); returns the runs some of whose steps another transaction holds (a claim,
+-- a retry re-arming them), which the purge keeps. One statement: the steps never leave the
+-- database.
+WITH taken AS (
+    SELECT id FROM {step} WHERE run_id = ANY(%(run_ids)s) FOR UPDATE SKIP LOCKED
+)
+SELECT step.run_id
+FROM {step} step
+LEFT JOIN taken ON taken.id = step.id
+WHERE step.run_id = ANY(%(run_ids)s)
+GROUP BY step.run_id
+HAVING count(*) <> count(taken.id)

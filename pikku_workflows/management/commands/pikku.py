@@ -31,7 +31,7 @@ from django.utils import timezone
 import pikku_workflows as pw
 
 from ...engine.operations.control import OPERATION_RULES
-from ...engine.operations.reads import list_summary
+from ...engine.operations.reads import list_rows, list_summary
 from ...engine.operations.rules import Rule
 from ...querysets import RunLevel
 from ...status import RunStatus
@@ -124,7 +124,7 @@ class Command(BaseCommand):
         if since:
             runs = runs.filter(created_at__gte=parse_since(since))
         # One query: the list items come from the run rows alone (`pikku show` has the steps).
-        listed = [list_summary(run) for run in runs.select_related("started_by")[:limit]]
+        listed = [list_summary(run) for run in list_rows(runs)[:limit]]
         if not options.get("json"):
             seen = _workers_seen()
             self._table(
