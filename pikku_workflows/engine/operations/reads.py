@@ -175,13 +175,15 @@ def waiting_on(
 
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
-    """Why a queued run waits: a rate (until `until`), or its concurrency key is full
-    (`held_by`: the runs holding its slots, oldest first)."""
+    """Why a queued run waits: a rate (until `until`), its concurrency key is full (`held_by`:
+    the runs holding its slots, oldest first), or its schedule's run before is going."""
     # A run without a key waits on nothing but its rate, even just as its time comes.
     rated = run.concurrency_key is None or (
         run.not_before is not None and run.not_before > timezone.now()
     )
     reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
+    if run.schedule_id is not None and run.concurrency_key is None and run.not_before is None:
+        reason = AdmissionReason.OVERLAP  # buffered by its schedule (overlap_transitions)
     wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
     if run.concurrency_key is not None:
         wait["key"] = run.concurrency_key

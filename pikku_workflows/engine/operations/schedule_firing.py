@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import BooleanField, ExpressionWrapper
 
 from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration_with_run
@@ -22,12 +23,13 @@ from ...models import WorkflowRun, WorkflowSchedule
 from ...outages import outages
 from ...registry import registry
 from ...schedules.catch_up import ticks_to_start
-from ...schedules.choices import Overlap, TickOutcome
+from ...schedules.choices import MAX_BUFFERED_RUNS, Overlap, TickOutcome
 from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
-from ..store import claims, schedule_rows, schedule_transitions
+from ..store import claims, overlap_transitions, schedule_rows, schedule_transitions
+from ..store.overlap_transitions import BUFFERED
 from ..store.run_rows import create_run_row
 from .control import cancel_run
 from .runs import start_run
@@ -37,6 +39,8 @@ CLAIM_BATCH = 20
 # The most due ticks one firing judges (an every="1s" schedule paused for a day has 86,400).
 MAX_DUE_TICKS = 1000
 ONE_MICROSECOND = timedelta(microseconds=1)
+# Overlaps under which a tick starts its run whatever else is going (cancel_other cancels it).
+FREE_OVERLAPS = (Overlap.ALLOW_ALL, Overlap.CANCEL_OTHER)
 
 
 def fire_due_schedules() -> int:
@@ -125,27 +129,41 @@ def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) ->
 
 
 class _Firing:
-    """One firing of a schedule: its ticks written in order, its runs started."""
+    """One firing of a schedule: its ticks written in order, its runs started or buffered."""
 
     def __init__(self, schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> None:
         self.schedule, self.spec, self.now = schedule, spec, now
         self.skipped_in_a_row = schedule.skipped_in_a_row
         self.last_outcome = ""
-        # allow_all starts whatever runs: it needs no read of them.
-        self.active: list[tuple[Any, str]] = (
-            []
-            if spec.overlap == Overlap.ALLOW_ALL
-            else list(
-                WorkflowRun.objects.filter(schedule=schedule)
-                .exclude(status__in=TERMINAL_RUN_STATUSES)
-                .values_list("pk", "status")
-            )
-        )
         self.failed_run = _failed_run_to_pause_for(schedule)
+        # allow_all starts whatever runs: it needs no read of them.
+        self.active: list[tuple[Any, str]] = []
+        self.buffered: list[Any] = []
+        if spec.overlap != Overlap.ALLOW_ALL:
+            self._read_runs()
+        if self.buffered and not self.active:
+            # Buffered runs nobody admits (the overlap changed from buffering since their run
+            # before ended): the oldest goes first.
+            overlap_transitions.admit_buffered_txn(schedule.pk)
+            self.active, self.buffered = [], []
+            self._read_runs()
+
+    def _read_runs(self) -> None:
+        runs = WorkflowRun.objects.filter(schedule=self.schedule).exclude(
+            status__in=TERMINAL_RUN_STATUSES
+        )
+        waiting = runs.annotate(buffered=ExpressionWrapper(BUFFERED, output_field=BooleanField()))
+        ordered = waiting.order_by("scheduled_for", "created_at", "id")
+        for run_id, status, buffered in ordered.values_list("pk", "status", "buffered"):
+            if buffered:
+                self.buffered.append(run_id)
+            else:
+                self.active.append((run_id, status))
 
     def tick(self, nominal: datetime, start: bool) -> None:
         outcome, reason = self._judge(nominal, start)
-        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
+        with_run = outcome in (TickOutcome.STARTED, TickOutcome.BUFFERED)
+        run_id = uuid.uuid4() if with_run else None
         tick = schedule_rows.write_tick_txn(
             self.schedule, nominal, self.now, outcome, reason=reason, run_id=run_id
         )
@@ -156,10 +174,14 @@ class _Firing:
             self.skipped_in_a_row += 1
         if run_id is None:
             return
+        self.skipped_in_a_row = 0
+        if outcome == TickOutcome.BUFFERED:
+            create_run_row(**_scheduled_run_fields(self.schedule, nominal, run_id), buffered=True)
+            self.buffered.append(run_id)
+            return
         self._cancel_others(nominal)
         start_run_row_txn(self.schedule, nominal, run_id)
         self.active.append((run_id, RunStatus.RUNNING))
-        self.skipped_in_a_row = 0
 
     def _judge(self, nominal: datetime, start: bool) -> tuple[str, str]:
         if not start:
@@ -170,20 +192,41 @@ class _Firing:
             )
         if self.failed_run is not None:
             return TickOutcome.SKIPPED, f"run {self.failed_run} failed: the schedule pauses"
-        if self.active and self.spec.overlap == Overlap.SKIP:
+        if not (self.active or self.buffered) or self.spec.overlap in FREE_OVERLAPS:
+            return TickOutcome.STARTED, ""
+        if self.spec.overlap == Overlap.SKIP:
+            return TickOutcome.SKIPPED, f"overlap=skip: {self._holder()}"
+        return self._judge_buffer()
+
+    def _judge_buffer(self) -> tuple[str, str]:
+        overlap = self.spec.overlap
+        if overlap == Overlap.BUFFER_ONE and self.buffered:
+            return TickOutcome.SKIPPED, f"overlap=buffer_one: run {self.buffered[0]} already waits"
+        if len(self.buffered) >= MAX_BUFFERED_RUNS:
+            return TickOutcome.DROPPED, (
+                f"overlap=buffer_all: {MAX_BUFFERED_RUNS} runs already wait, the most it keeps"
+            )
+        return TickOutcome.BUFFERED, f"overlap={overlap}: queued until {self._holder()} ends"
+
+    def _holder(self) -> str:
+        """The run that holds the schedule's overlap (the newest going, else the newest
+        buffered), in words."""
+        if self.active:
             run_id, status = self.active[-1]
-            return TickOutcome.SKIPPED, f"overlap=skip: run {run_id} is still {status}"
-        return TickOutcome.STARTED, ""
+            return f"run {run_id} is still {status}"
+        return f"run {self.buffered[-1]} is still queued"
 
     def _cancel_others(self, nominal: datetime) -> None:
         if self.spec.overlap != Overlap.CANCEL_OTHER:
             return
-        for run_id, _ in self.active:
+        others = [run_id for run_id, _ in self.active] + self.buffered
+        for run_id in others:
             cancel_run(
                 run_id,
                 reason=f"overlap=cancel_other: the tick at {nominal.isoformat()} replaced it",
             )
         self.active.clear()
+        self.buffered.clear()
 
 
 def _failed_run_to_pause_for(schedule: WorkflowSchedule) -> Any:
@@ -209,16 +252,22 @@ def scheduled_run_key(name: str, nominal: datetime) -> str:
 def start_run_row_txn(schedule: WorkflowSchedule, nominal: datetime, run_id: Any) -> None:
     """Inside the firing's transaction: the run of the tick at `nominal` (its input checked when
     the schedule was defined), and its message in the same commit where the queue allows."""
-    create_run_row(
-        schedule.workflow,
-        schedule.input,
-        inline=False,
-        id=run_id,
-        idempotency_key=scheduled_run_key(schedule.name, nominal),
-        schedule=schedule,
-        scheduled_for=nominal,
-    )
+    create_run_row(**_scheduled_run_fields(schedule, nominal, run_id))
     enqueue_orchestration_with_run(run_id)
+
+
+def _scheduled_run_fields(
+    schedule: WorkflowSchedule, nominal: datetime, run_id: Any
+) -> dict[str, Any]:
+    return {
+        "workflow": schedule.workflow,
+        "input": schedule.input,
+        "inline": False,
+        "id": run_id,
+        "idempotency_key": scheduled_run_key(schedule.name, nominal),
+        "schedule": schedule,
+        "scheduled_for": nominal,
+    }
 
 
 def start_scheduled_run(

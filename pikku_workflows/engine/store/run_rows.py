@@ -36,7 +36,13 @@ STATEMENTS = Statements(
 
 
 def create_run_row(
-    workflow: str, input: Any, *, inline: bool, lease_holder: str | None = None, **fields: Any
+    workflow: str,
+    input: Any,
+    *,
+    inline: bool,
+    lease_holder: str | None = None,
+    buffered: bool = False,
+    **fields: Any,
 ) -> WorkflowRun:
     """Insert a running run of a registered workflow and upsert its version row.
 
@@ -52,11 +58,14 @@ def create_run_row(
     InvalidInput, before anything is written, when the rule's key function fails on `input`;
     LimitNotFound when a limit the workflow names is not defined. The rates of its limits are
     taken first (one statement each): a run they hold is queued until `not_before`.
+
+    A `buffered` run (a schedule's tick while its run before is going) is born queued, outside
+    any rule or rate: the schedule admits it when that run ends (`overlap_transitions`).
     """
     definition = registry.get_workflow(workflow)
-    admission = admission_for(workflow, input)
+    admission = None if buffered else admission_for(workflow, input)
     priority = run_priority(definition.priority, workflow, input)
-    not_before = start_time(workflow)
+    not_before = None if buffered else start_time(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -84,10 +93,10 @@ def create_run_row(
     )
     lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():
-        _insert_in_one_statement(run, version, lease_seconds, admission)
+        _insert_in_one_statement(run, version, lease_seconds, admission, buffered)
     else:
         with transaction.atomic():
-            _insert_with_the_orm(run, version, admission)
+            _insert_with_the_orm(run, version, admission, buffered)
     run.lease_expires_at = None
     if run.status == RunStatus.QUEUED:
         run.lease_holder = None
@@ -100,8 +109,9 @@ def _insert_in_one_statement(
     version: WorkflowVersion,
     lease_seconds: float | None,
     admission: Admission | None,
+    buffered: bool,
 ) -> None:
-    params = {**_column_values(run), "lease_seconds": lease_seconds}
+    params = {**_column_values(run), "lease_seconds": lease_seconds, "buffered": buffered}
     params |= {f"version_{name}": value for name, value in _column_values(version).items()}
     params |= _admission_params(admission)
     with connection.cursor() as cursor:
@@ -134,11 +144,11 @@ def skipped_error(admission: Admission) -> dict[str, Any]:
 
 
 def _insert_with_the_orm(
-    run: WorkflowRun, version: WorkflowVersion, admission: Admission | None
+    run: WorkflowRun, version: WorkflowVersion, admission: Admission | None, buffered: bool
 ) -> None:
     WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
     run.refused_slot = False  # type: ignore[attr-defined]
-    if run.not_before is not None and run.not_before > timezone.now():
+    if buffered or (run.not_before is not None and run.not_before > timezone.now()):
         run.status, run.lease_holder, run.waiting_on = RunStatus.QUEUED, None, WaitingKind.ADMISSION
         run.save(force_insert=True)
         return
