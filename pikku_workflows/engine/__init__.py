@@ -89,6 +89,8 @@ store, the tables:
 - `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.
 - `store.signal_rows`: signals kept in order and handed to waits, each once; waits timed out.
 - `store.run_state`: the run's state map, merged one key at a time (`run_state.sql`).
+- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail;
+  a batch of firings' ticks, runs and messages in one statement (`schedule_rows.sql`).
 - `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`).
 - `store.gather_transitions`: a gather's new queued steps dispatched in one statement
   (`gather_transitions.sql`), and each member's outcome judged against the others: the run is
@@ -104,7 +106,6 @@ store, the tables:
   (`purge_rows.sql`).
 - `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
   last error code), computed by the database in the write that ends a pass or moves the run.
-- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail.
 - `store.schedule_transitions`: a schedule paused, resumed or advanced; a backfill's status
   changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.

@@ -18,7 +18,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import BooleanField, ExpressionWrapper
 
 from ...conf import pikku_settings
-from ...dispatch import enqueue_orchestration_with_run
+from ...dispatch import enqueue_orchestration_with_run, queue_in_engine_database
 from ...models import WorkflowRun, WorkflowSchedule
 from ...outages import outages
 from ...registry import registry
@@ -30,7 +30,8 @@ from ...schedules.spec import ScheduleSpec
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ..store import claims, overlap_transitions, schedule_rows, schedule_transitions
 from ..store.overlap_transitions import BUFFERED
-from ..store.run_rows import create_run_row
+from ..store.run_rows import admits_without_a_statement, create_run_row
+from ..store.transitions import on_postgresql
 from .control import cancel_run
 from .runs import start_run
 
@@ -53,8 +54,7 @@ def fire_due_schedules() -> int:
         try:
             with transaction.atomic():
                 due = claims.lock_due_schedules_txn(limit, workflows)
-                for schedule in due:
-                    fire_schedule_txn(schedule, schedule.database_now)  # type: ignore[attr-defined]
+                fire_schedules_txn(due)
             count = len(due)
         except DatabaseError as exc:
             # The batch rolled back whole; one transaction per schedule lets the others fire
@@ -86,9 +86,30 @@ def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
     return fired
 
 
-def fire_schedule_txn(schedule: WorkflowSchedule, now: datetime) -> None:
+def fire_schedules_txn(due: list[WorkflowSchedule]) -> None:
+    """Inside a transaction holding the rows of the `due` schedules: fire each. Their runs are
+    read in one query; the firings of a single tick that starts a run (of a workflow admitted
+    without a statement), skips or misses are written together: their ticks, runs and messages
+    in one statement, their next ticks in another. The others write as they go."""
+    runs = _live_runs_of([schedule for schedule in due if schedule.overlap != Overlap.ALLOW_ALL])
+    batch = _Batch() if on_postgresql() and queue_in_engine_database() else None
+    for schedule in due:
+        now = schedule.database_now  # type: ignore[attr-defined]
+        fire_schedule_txn(schedule, now, runs=runs.get(schedule.pk, []), batch=batch)
+    if batch is not None:
+        batch.write()
+
+
+def fire_schedule_txn(
+    schedule: WorkflowSchedule,
+    now: datetime,
+    *,
+    runs: list[tuple[Any, str, bool]] | None = None,
+    batch: _Batch | None = None,
+) -> None:
     """Inside a transaction holding the schedule's row: record and start its due ticks as the
-    catch-up and overlap rules say, and move it to its next tick after `now`."""
+    catch-up and overlap rules say, and move it to its next tick after `now`. `runs`: its live
+    runs, read already (`_live_runs_of`); `batch`: where a simple firing is written."""
     assert transaction.get_connection().in_atomic_block
     spec = schedule_rows.spec_of(schedule)
     due = list(_due_ticks(schedule, spec, now))
@@ -96,19 +117,85 @@ def fire_schedule_txn(schedule: WorkflowSchedule, now: datetime) -> None:
     starts = ticks_to_start(
         due, now, catch_up=spec.catch_up, window=window, catch_up_max=spec.catch_up_max
     )
-    firing = _Firing(schedule, spec, now)
-    for nominal, start in zip(due, starts, strict=True):
-        firing.tick(nominal, start)
+    firing = _Firing(schedule, spec, now, runs)
     after = max(now, due[-1]) if due else now
     next_nominal, next_fire = schedule_rows.next_tick(spec, after)
+    advance = {"next_nominal_at": next_nominal, "next_fire_at": next_fire, "last_fired_at": now}
+    alone = firing.judge_alone(due[0], starts[0]) if batch is not None and len(due) == 1 else None
+    if batch is not None and alone is not None:
+        batch.add(firing, due[0], *alone, advance)
+        return
+    for nominal, start in zip(due, starts, strict=True):
+        firing.tick(nominal, start)
     schedule_transitions.advance_schedule(
         schedule.pk,
-        next_nominal_at=next_nominal,
-        next_fire_at=next_fire,
-        last_fired_at=now,
+        **advance,
         last_outcome=firing.last_outcome or schedule.last_outcome,
         skipped_in_a_row=firing.skipped_in_a_row,
     )
+
+
+def _live_runs_of(schedules: list[WorkflowSchedule]) -> dict[Any, list[tuple[Any, str, bool]]]:
+    """The runs of `schedules` not ended, by schedule, in tick order: (id, status, buffered)."""
+    if not schedules:
+        return {}
+    runs = WorkflowRun.objects.filter(schedule__in=schedules).exclude(
+        status__in=TERMINAL_RUN_STATUSES
+    )
+    waiting = runs.annotate(buffered=ExpressionWrapper(BUFFERED, output_field=BooleanField()))
+    ordered = waiting.order_by("scheduled_for", "created_at", "id")
+    live: dict[Any, list[tuple[Any, str, bool]]] = {}
+    rows = ordered.values_list("schedule_id", "pk", "status", "buffered")
+    for schedule_id, run_id, status, buffered in rows:
+        live.setdefault(schedule_id, []).append((run_id, status, buffered))
+    return live
+
+
+class _Batch:
+    """Firings of one tick each, written together once the batch's schedules are judged."""
+
+    def __init__(self) -> None:
+        self.ticks: list[dict[str, Any]] = []
+        self.runs: list[dict[str, Any]] = []
+        self.advances: dict[Any, dict[str, Any]] = {}
+
+    def add(
+        self,
+        firing: _Firing,
+        nominal: datetime,
+        outcome: str,
+        reason: str,
+        advance: dict[str, Any],
+    ) -> None:
+        schedule = firing.schedule
+        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
+        self.ticks.append(
+            {
+                "schedule_id": schedule.pk,
+                "nominal_at": nominal,
+                "fired_at": firing.now,
+                "outcome": outcome,
+                "run_id": run_id,
+                "reason": reason,
+            }
+        )
+        if run_id is not None:
+            self.runs.append(_scheduled_run_fields(schedule, nominal, run_id))
+        skipped = firing.skipped_in_a_row
+        if outcome == TickOutcome.SKIPPED:
+            skipped += 1
+        elif run_id is not None:
+            skipped = 0
+        self.advances[schedule.pk] = {
+            **advance,
+            "last_outcome": outcome,
+            "skipped_in_a_row": skipped,
+        }
+
+    def write(self) -> None:
+        if self.ticks:
+            schedule_rows.write_fired_ticks_txn(self.ticks, self.runs)
+        schedule_transitions.advance_schedules(self.advances)
 
 
 def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> Iterator[datetime]:
@@ -131,7 +218,13 @@ def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) ->
 class _Firing:
     """One firing of a schedule: its ticks written in order, its runs started or buffered."""
 
-    def __init__(self, schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> None:
+    def __init__(
+        self,
+        schedule: WorkflowSchedule,
+        spec: ScheduleSpec,
+        now: datetime,
+        runs: list[tuple[Any, str, bool]] | None = None,
+    ) -> None:
         self.schedule, self.spec, self.now = schedule, spec, now
         self.skipped_in_a_row = schedule.skipped_in_a_row
         self.last_outcome = ""
@@ -140,25 +233,36 @@ class _Firing:
         self.active: list[tuple[Any, str]] = []
         self.buffered: list[Any] = []
         if spec.overlap != Overlap.ALLOW_ALL:
-            self._read_runs()
+            self._sort_runs(self._read_runs() if runs is None else runs)
         if self.buffered and not self.active:
             # Buffered runs nobody admits (the overlap changed from buffering since their run
             # before ended): the oldest goes first.
             overlap_transitions.admit_buffered_txn(schedule.pk)
             self.active, self.buffered = [], []
-            self._read_runs()
+            self._sort_runs(self._read_runs())
 
-    def _read_runs(self) -> None:
-        runs = WorkflowRun.objects.filter(schedule=self.schedule).exclude(
-            status__in=TERMINAL_RUN_STATUSES
-        )
-        waiting = runs.annotate(buffered=ExpressionWrapper(BUFFERED, output_field=BooleanField()))
-        ordered = waiting.order_by("scheduled_for", "created_at", "id")
-        for run_id, status, buffered in ordered.values_list("pk", "status", "buffered"):
+    def _read_runs(self) -> list[tuple[Any, str, bool]]:
+        return _live_runs_of([self.schedule]).get(self.schedule.pk, [])
+
+    def _sort_runs(self, runs: list[tuple[Any, str, bool]]) -> None:
+        for run_id, status, buffered in runs:
             if buffered:
                 self.buffered.append(run_id)
             else:
                 self.active.append((run_id, status))
+
+    def judge_alone(self, nominal: datetime, start: bool) -> tuple[str, str] | None:
+        """The outcome and reason of this firing's only tick when writing it needs nothing but
+        its tick row and run row (`_Batch`); else None."""
+        outcome, reason = self._judge(nominal, start)
+        if outcome == TickOutcome.BUFFERED:
+            return None
+        if outcome == TickOutcome.STARTED:
+            if self.spec.overlap == Overlap.CANCEL_OTHER and (self.active or self.buffered):
+                return None
+            if not admits_without_a_statement(self.schedule.workflow):
+                return None
+        return outcome, reason
 
     def tick(self, nominal: datetime, start: bool) -> None:
         outcome, reason = self._judge(nominal, start)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,34 @@ def create_run_row(
     admission = None if buffered else admission_for(workflow, input)
     priority = run_priority(definition.priority, workflow, input)
     not_before = None if buffered else start_time(workflow)
+    run, version = _new_run(
+        workflow,
+        input,
+        priority=priority,
+        inline=inline,
+        lease_holder=lease_holder,
+        concurrency_key=admission.key if admission else None,
+        not_before=not_before,
+        **fields,
+    )
+    lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
+    if on_postgresql():
+        _insert_in_one_statement(run, version, lease_seconds, admission, buffered)
+    else:
+        with transaction.atomic():
+            _insert_with_the_orm(run, version, admission, buffered)
+    run.lease_expires_at = None
+    if run.status == RunStatus.QUEUED:
+        run.lease_holder = None
+    events.announce_run_started(run)
+    return run
+
+
+def _new_run(
+    workflow: str, input: Any, *, priority: int, **fields: Any
+) -> tuple[WorkflowRun, WorkflowVersion]:
+    """A running run of `workflow` (not saved), and the version row it runs."""
+    definition = registry.get_workflow(workflow)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
     graph = definition.graph
@@ -80,28 +110,54 @@ def create_run_row(
         workflow=definition.name,
         status=RunStatus.RUNNING,
         input=input,
-        inline=inline,
         graph_hash=graph.hash if graph else "",
         code_version=definition.code_version,
         planned_steps=definition.planned_steps,
-        lease_holder=lease_holder,
         random_seed=secrets.randbits(63),
-        concurrency_key=admission.key if admission else None,
-        not_before=not_before,
         priority=priority,
         **{"traceparent": caller_traceparent(), **fields},
     )
-    lease_seconds = None if lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
-    if on_postgresql():
-        _insert_in_one_statement(run, version, lease_seconds, admission, buffered)
-    else:
-        with transaction.atomic():
-            _insert_with_the_orm(run, version, admission, buffered)
-    run.lease_expires_at = None
-    if run.status == RunStatus.QUEUED:
-        run.lease_holder = None
-    events.announce_run_started(run)
-    return run
+    return run, version
+
+
+def admits_without_a_statement(workflow: str) -> bool:
+    """Whether a new run of `workflow` is admitted at once without reading anything: no
+    concurrency rule, no limit's rate (`run_rows_json` may then build it)."""
+    definition = registry.get_workflow(workflow)
+    return definition.concurrency is None and not definition.limits
+
+
+def run_rows_json(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """The named parameters `runs` and `versions` of a statement that inserts many running runs
+    at once (`schedule_rows.sql` `insert_fired_ticks`): each of `runs` is the keyword arguments
+    of a run of a workflow that `admits_without_a_statement`, JSON rows of the run table and of
+    its distinct versions. Each run is announced started (at commit)."""
+    rows, versions = [], {}
+    for fields in runs:
+        definition = registry.get_workflow(fields["workflow"])
+        priority = run_priority(definition.priority, definition.name, fields["input"])
+        run, version = _new_run(**fields, priority=priority)
+        rows.append(_json_columns(run))
+        versions[version.name, version.graph_hash] = _json_columns(version)
+        run._state.adding, run._state.db = False, connection.alias
+        events.announce_run_started(run)
+    return {
+        "runs": json.dumps(rows),
+        "versions": json.dumps(list(versions.values())),
+    }
+
+
+def _json_columns(instance: Any) -> dict[str, Any]:
+    """Each concrete column's value as JSON (what `jsonb_populate_recordset` reads)."""
+    columns = {}
+    for field in instance._meta.concrete_fields:
+        value = field.pre_save(instance, add=True)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, uuid.UUID):
+            value = str(value)
+        columns[field.column] = value
+    return columns
 
 
 def _insert_in_one_statement(

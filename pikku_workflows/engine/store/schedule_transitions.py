@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Case, Field, Value, When
+
 from ...exceptions import InvalidTransition
 from ...models import WorkflowBackfill, WorkflowRun, WorkflowSchedule
 from ...querysets import DatabaseNow
@@ -21,6 +23,30 @@ def advance_schedule(schedule_id: Any, **fields: Any) -> None:
     """Write the schedule's next tick and what its last firing did (`next_nominal_at`,
     `next_fire_at`, `last_fired_at`, `last_outcome`, `skipped_in_a_row`)."""
     WorkflowSchedule.objects.filter(pk=schedule_id).update(updated_at=DatabaseNow(), **fields)
+
+
+def advance_schedules(advances: dict[Any, dict[str, Any]]) -> None:
+    """`advance_schedule` for many schedules in one statement: `advances` maps each schedule's
+    id to its fields (the same names for each)."""
+    if not advances:
+        return
+    names = next(iter(advances.values())).keys()
+    fields = {
+        name: Case(
+            *(When(pk=pk, then=Value(values[name])) for pk, values in advances.items()),
+            output_field=_field(name),
+        )
+        for name in names
+    }
+    WorkflowSchedule.objects.filter(pk__in=list(advances)).update(
+        updated_at=DatabaseNow(), **fields
+    )
+
+
+def _field(name: str) -> Field[Any, Any]:
+    field = WorkflowSchedule._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
 
 
 def set_paused(schedule_id: Any, paused: bool, note: str = "", **fields: Any) -> bool:
