@@ -106,7 +106,8 @@ store, the tables:
   (`purge_rows.sql`).
 - `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
   last error code), computed by the database in the write that ends a pass or moves the run.
-- `store.schedule_transitions`: a schedule paused, resumed or advanced; a backfill's status
+- `store.schedule_transitions`: a schedule paused, resumed or advanced (a batch of them in
+  one statement, `schedule_transitions.sql`); a backfill's status
   changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed

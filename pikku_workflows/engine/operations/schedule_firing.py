@@ -36,7 +36,7 @@ from .control import cancel_run
 from .runs import start_run
 
 # Schedules claimed per transaction: small, so several loops share a burst of due schedules.
-CLAIM_BATCH = 20
+CLAIM_BATCH = 50
 # The most due ticks one firing judges (an every="1s" schedule paused for a day has 86,400).
 MAX_DUE_TICKS = 1000
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -121,6 +121,13 @@ def fire_schedule_txn(
     after = max(now, due[-1]) if due else now
     next_nominal, next_fire = schedule_rows.next_tick(spec, after)
     advance = {"next_nominal_at": next_nominal, "next_fire_at": next_fire, "last_fired_at": now}
+    if batch is not None and not due:  # its jitter has not passed, or the rule changed
+        batch.advances[schedule.pk] = {
+            **advance,
+            "last_outcome": schedule.last_outcome,
+            "skipped_in_a_row": schedule.skipped_in_a_row,
+        }
+        return
     alone = firing.judge_alone(due[0], starts[0]) if batch is not None and len(due) == 1 else None
     if batch is not None and alone is not None:
         batch.add(firing, due[0], *alone, advance)

@@ -3,14 +3,18 @@ and a backfill's status changes: each one guarded write."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from django.db.models import Case, Field, Value, When
+from django.db import connection
 
 from ...exceptions import InvalidTransition
 from ...models import WorkflowBackfill, WorkflowRun, WorkflowSchedule
 from ...querysets import DatabaseNow
 from ...schedules.choices import BackfillStatus
+from ...sql import Statements, quoted_table
 
 # The moves a backfill may make: only a running one ends.
 BACKFILL_SOURCES = {
@@ -26,27 +30,26 @@ def advance_schedule(schedule_id: Any, **fields: Any) -> None:
 
 
 def advance_schedules(advances: dict[Any, dict[str, Any]]) -> None:
-    """`advance_schedule` for many schedules in one statement: `advances` maps each schedule's
-    id to its fields (the same names for each)."""
+    """`advance_schedule` for many schedules in one statement (`schedule_transitions.sql`):
+    `advances` maps each schedule's id to those fields, all of them."""
     if not advances:
         return
-    names = next(iter(advances.values())).keys()
-    fields = {
-        name: Case(
-            *(When(pk=pk, then=Value(values[name])) for pk, values in advances.items()),
-            output_field=_field(name),
+    rows = [{"id": pk, **fields} for pk, fields in advances.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            STATEMENTS["advance_schedules"], {"advances": json.dumps(rows, default=_iso)}
         )
-        for name in names
-    }
-    WorkflowSchedule.objects.filter(pk__in=list(advances)).update(
-        updated_at=DatabaseNow(), **fields
-    )
 
 
-def _field(name: str) -> Field[Any, Any]:
-    field = WorkflowSchedule._meta.get_field(name)
-    assert isinstance(field, Field)
-    return field
+def _iso(value: Any) -> str:
+    assert isinstance(value, datetime)
+    return value.isoformat()
+
+
+STATEMENTS = Statements(
+    Path(__file__).with_name("schedule_transitions.sql"),
+    names=lambda: {"schedule": quoted_table(WorkflowSchedule)},
+)
 
 
 def set_paused(schedule_id: Any, paused: bool, note: str = "", **fields: Any) -> bool:
