@@ -127,24 +127,29 @@ def admits_without_a_statement(workflow: str) -> bool:
     return definition.concurrency is None and not definition.limits
 
 
-def run_rows_json(runs: list[dict[str, Any]]) -> dict[str, str]:
+def run_rows_json(runs: list[dict[str, Any]]) -> tuple[dict[str, str], list[WorkflowRun]]:
     """The named parameters `runs` and `versions` of a statement that inserts many running runs
     at once (`schedule_rows.sql` `insert_fired_ticks`): each of `runs` is the keyword arguments
     of a run of a workflow that `admits_without_a_statement`, JSON rows of the run table and of
-    its distinct versions. Each run is announced started (at commit)."""
-    rows, versions = [], {}
+    its distinct versions; and the runs (`announce_runs_started` once inserted)."""
+    rows, versions, built = [], {}, []
     for fields in runs:
         definition = registry.get_workflow(fields["workflow"])
         priority = run_priority(definition.priority, definition.name, fields["input"])
         run, version = _new_run(**fields, priority=priority)
         rows.append(_json_columns(run))
         versions[version.name, version.graph_hash] = _json_columns(version)
-        run._state.adding, run._state.db = False, connection.alias
-        events.announce_run_started(run)
-    return {
-        "runs": json.dumps(rows),
-        "versions": json.dumps(list(versions.values())),
-    }
+        built.append(run)
+    params = {"runs": json.dumps(rows), "versions": json.dumps(list(versions.values()))}
+    return params, built
+
+
+def announce_runs_started(runs: list[WorkflowRun], inserted: set[Any]) -> None:
+    """Announce (at commit) each of `runs` whose id is in `inserted`, as `create_run_row` does."""
+    for run in runs:
+        if run.pk in inserted:
+            run._state.adding, run._state.db = False, connection.alias
+            events.announce_run_started(run)
 
 
 def _json_columns(instance: Any) -> dict[str, Any]:

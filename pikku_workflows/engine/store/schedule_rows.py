@@ -17,7 +17,7 @@ from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec, parse_schedule
 from ...sql import Statements, quoted_table
-from .run_rows import run_rows_json
+from .run_rows import announce_runs_started, run_rows_json
 from .tables import engine_names
 from .transitions import on_postgresql
 
@@ -137,16 +137,19 @@ def write_fired_ticks_txn(ticks: list[dict[str, Any]], runs: list[dict[str, Any]
     firings' ticks (`insert_tick`'s parameters each), and the runs they start (`run_rows_json`'s
     keyword arguments each, `id` the tick's `run_id`) with their messages, in one statement;
     a tick whose nominal time has one already is not written, nor its run. Returns how many
-    ticks were written."""
+    runs were started."""
     assert transaction.get_connection().in_atomic_block
+    run_params, built = run_rows_json(runs)
     params = {
         "ticks": json.dumps(ticks, default=_json_value),
-        **run_rows_json(runs),
+        **run_params,
         **run_messages_params([run["id"] for run in runs]),
     }
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS["insert_fired_ticks"], params)
-        return len(cursor.fetchall())
+        started = {row[0] for row in cursor.fetchall()}
+    announce_runs_started(built, started)
+    return len(started)
 
 
 def _json_value(value: Any) -> str:

@@ -13,7 +13,7 @@ RETURNING id
 -- already (the unique key decides, as in insert_tick); the runs of %(runs)s (JSON rows of the
 -- run table, run_rows.run_rows_json) whose tick was written, with their versions %(versions)s
 -- upserted, and the orchestrator message of each run written (dispatch.sql
--- `queue_run_messages`). Returns (schedule_id, nominal_at) of each tick written.
+-- `queue_run_messages`). Returns the id of each run started.
 WITH version AS (
     INSERT INTO {version} (name, graph_hash, code_version, definition, kind, status, created_at)
     SELECT name, graph_hash, code_version, definition, kind, status, created_at
@@ -36,5 +36,5 @@ started AS (
     RETURNING id
 ),
 {queue_run_messages}
-SELECT tick.schedule_id, tick.nominal_at FROM tick
+SELECT started.id FROM started
 WHERE (SELECT count(*) FROM run_queues_woken) >= 0
