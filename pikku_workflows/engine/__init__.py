@@ -110,11 +110,11 @@ store, the tables:
   one statement, `schedule_transitions.sql`); a backfill's status
   changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.
+- `store.overlap_transitions`: a schedule's buffered runs (overlap `buffer_one`,
+  `buffer_all`), admitted in tick order in the transaction that ends the run before them.
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot
   (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.
-- `store.overlap_transitions`: a schedule's buffered runs (overlap `buffer_one`,
-  `buffer_all`), admitted in tick order in the transaction that ends the run before them.
 - `store.rate_transitions`: named limits' rates: GCRA per (limit, key) in one statement on the
   database clock (`rate_transitions.sql`), saying when a start may begin.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).

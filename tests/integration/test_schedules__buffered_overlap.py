@@ -176,3 +176,23 @@ def test_buffered__a_tick_with_no_run_going_starts_at_once():
     fire_at(name, second)
     assert [outcome for outcome, _, _ in tick_rows(name)] == ["started", "started"]
     assert status_of(runs_of(name)[1].pk) == RunStatus.RUNNING
+
+
+def test_buffered__a_run_of_a_workflow_with_a_concurrency_rule_joins_its_key_queue():
+    @pw.workflow("limited", concurrency=pw.Concurrency(key=lambda input: "shared", max_active=1))
+    def limited(wf, input):
+        return "done"
+
+    holder = pw.start_workflow("limited", {})  # holds the key's only slot
+    pw.create_schedule("minutely", "limited", every="1m", overlap="buffer_one", input={})
+    first, second = (make_due("minutely", minutes_ago=back) for back in (2, 1))
+    fire_at("minutely", first)  # queued by the rule: still the schedule's going run
+    fire_at("minutely", second)
+    going, buffered = (run.pk for run in runs_of("minutely"))
+    assert [outcome for outcome, _, _ in tick_rows("minutely")] == ["started", "buffered"]
+    pw.cancel_run(going, reason="stop")
+    # Admitted by the schedule, it waits on the rule: the holder still has the slot.
+    waiting = WorkflowRun.objects.get(pk=buffered)
+    assert (waiting.status, waiting.concurrency_key) == (RunStatus.QUEUED, "shared")
+    pw.cancel_run(holder, reason="stop")
+    assert status_of(buffered) == RunStatus.RUNNING
