@@ -4,7 +4,9 @@ cap), admitted in the transaction that ends the run before it, however it ends."
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
+from html import unescape
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from pikku_workflows.engine.operations.schedule_firing import fire_due_schedules
 from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
 from pikku_workflows.status import RunStatus
 from pikku_workflows.waiting import WaitingKind
+from tests.admin_support import change_url
 from tests.queue import drain_queue
 from tests.schedules import MINUTE, make_due, register_report, runs_of
 
@@ -65,8 +68,24 @@ def test_buffer_one__a_tick_while_the_run_goes_waits_queued_and_later_ones_skip(
         second,
     )
     summary = pw.get_run_status(waiting.pk)
-    assert summary["waiting_on"] == {"kind": "admission", "reason": "overlap"}
+    assert summary["waiting_on"] == {
+        "kind": "admission",
+        "reason": "overlap",
+        "held_by": [str(first_run)],
+    }
     assert WorkflowSchedule.objects.get().last_outcome == "skipped"
+
+
+def test_buffered__the_run_page_says_which_run_holds_it(admin_client):
+    name, (second, *_) = buffering("buffer_one")
+    first_run = runs_of(name)[0].pk
+    fire_at(name, second)
+    page = admin_client.get(change_url(runs_of(name)[1])).content.decode()
+    waiting = re.search(r'<div class="form-row field-waiting">(.*?)</div>\s*</div>', page, re.S)
+    assert waiting is not None
+    text = unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", waiting.group(1)))).strip()
+    assert "its schedule's run before is going, held by run" in text and "key" not in text
+    assert str(first_run)[:8] in waiting.group(1)
 
 
 def test_buffer_one__the_run_before_cancelled_admits_the_buffered_run_which_then_runs():

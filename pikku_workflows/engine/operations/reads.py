@@ -26,6 +26,7 @@ from ..replay.replay_pass import lease_lapsed
 from ..store.admission_transitions import holders_of
 from ..store.continue_transitions import successor_of
 from ..store.event_log import last_seq, read_events
+from ..store.overlap_transitions import active_runs
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -183,7 +184,7 @@ def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
     )
     reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
     if run.schedule_id is not None and run.concurrency_key is None and run.not_before is None:
-        reason = AdmissionReason.OVERLAP  # buffered by its schedule (overlap_transitions)
+        return _overlap_wait(run.schedule_id, holders=holders)
     wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
     if run.concurrency_key is not None:
         wait["key"] = run.concurrency_key
@@ -191,6 +192,18 @@ def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
         wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
     if run.not_before is not None:
         wait["until"] = run.not_before.isoformat()
+    return wait
+
+
+def _overlap_wait(schedule_id: Any, *, holders: bool) -> dict[str, Any]:
+    """A run its schedule buffered (overlap_transitions): held by the schedule's going runs."""
+    wait: dict[str, Any] = {
+        "kind": WaitingKind.ADMISSION.value,
+        "reason": AdmissionReason.OVERLAP.value,
+    }
+    if holders:
+        going = active_runs(schedule_id).order_by("created_at").values_list("pk", flat=True)
+        wait["held_by"] = [str(pk) for pk in going]
     return wait
 
 
