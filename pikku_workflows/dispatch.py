@@ -61,6 +61,23 @@ def queue_fragments() -> dict[str, str]:
     return {
         "queue_message": STATEMENTS["queue_message"],
         "queue_messages": STATEMENTS["queue_messages"],
+        "queue_run_messages": STATEMENTS["queue_run_messages"],
+    }
+
+
+def run_messages_params(run_ids: list[Any]) -> dict[str, Any]:
+    """The named parameters of the `queue_run_messages` fragment: an orchestrator pass of each
+    of `run_ids`, in that order; for callers that checked `queue_in_engine_database()`."""
+    from .broker import WAKE_CHANNEL
+
+    rows = []
+    for run_id in run_ids:
+        message = orchestration_message(run_id)
+        rows.append({"run_id": str(run_id), "key": message.key, "payload": message.payload})
+    return {
+        "run_messages": json.dumps(rows),
+        "queue_lock": timezone.now(),
+        "wake_channel": WAKE_CHANNEL,
     }
 
 
@@ -131,6 +148,16 @@ def step_message(run_id: Any, step_key: str, queue: str | None) -> QueueMessage:
     _enqueue(EXECUTE_STEP_TASK, str(run_id), step_key, cluster=queue, broker=captured)
     if captured.payload is None:
         raise WorkflowDispatchException(f"django-q2 sent no message for step {step_key!r}")
+    return QueueMessage(captured.list_key, captured.payload, timezone.now())
+
+
+def orchestration_message(run_id: Any) -> QueueMessage:
+    """The message `enqueue_orchestration` would send, built by django-q2 but not stored."""
+    cluster = orchestrator_cluster()
+    captured = _CapturingBroker(cluster)
+    _enqueue(ORCHESTRATE_TASK, str(run_id), cluster=cluster, broker=captured)
+    if captured.payload is None:
+        raise WorkflowDispatchException(f"django-q2 sent no message for run {run_id}")
     return QueueMessage(captured.list_key, captured.payload, timezone.now())
 
 

@@ -29,3 +29,23 @@ queue_messages AS (
 queue_woken AS (
     SELECT pg_notify(%(wake_channel)s, key) FROM (SELECT DISTINCT key FROM queue_messages) AS queues
 )
+
+-- name: queue_run_messages
+-- (fragment) CTEs `queue_run_messages`: the orchestrator messages of %(run_messages)s (a JSON
+-- array of {run_id, key, payload}), each written once its run is in the statement's CTE
+-- `started` (column id); and `run_queues_woken`: each queue they went to announced once on
+-- %(wake_channel)s at commit (the statement must read it).
+queue_run_messages AS (
+    INSERT INTO {queue} (key, payload, lock)
+    SELECT message.key, message.payload, %(queue_lock)s::timestamptz
+    FROM ROWS FROM (
+        jsonb_to_recordset(%(run_messages)s::jsonb) AS (run_id uuid, key text, payload text)
+    ) WITH ORDINALITY AS message(run_id, key, payload, position)
+    JOIN started ON started.id = message.run_id
+    ORDER BY message.position
+    RETURNING key
+),
+run_queues_woken AS (
+    SELECT pg_notify(%(wake_channel)s, key)
+    FROM (SELECT DISTINCT key FROM queue_run_messages) AS queues
+)

@@ -49,6 +49,7 @@ class AdmissionReason(TextChoices):
     CONCURRENCY = "concurrency", "its concurrency key is full"
     RATE = "rate", "a rate holds it"
     DEBOUNCE = "debounce", "its debounce window is open"
+    OVERLAP = "overlap", "its schedule's run before is going"
 
 
 # What every adapter (the admin, the `pikku` command) says of a run waiting on kind `pass`.

@@ -213,9 +213,10 @@ def admission_detail(
     reason = AdmissionReason(waiting.get("reason", AdmissionReason.CONCURRENCY))
     held = waiting.get("held_by")
     holders = format_html_join(", ", "run {}", ((run_link(admin_site, pk),) for pk in held or []))
+    key = waiting.get("key")
     return format_html(
-        "key <code>{}</code>: {}{}{}",
-        waiting.get("key") or "",
+        "{}{}{}{}",
+        format_html("key <code>{}</code>: ", key) if key else "",
         reason.label,
         format_html(", held by {}", holders) if held else "",
         format_html(", not before {}", format_moment(waiting["until"], now))

@@ -93,6 +93,8 @@ store, the tables:
 - `store.approval_deciders`: who requested an approval (four eyes) and who may decide it.
 - `store.signal_rows`: signals kept in order and handed to waits, each once; waits timed out.
 - `store.run_state`: the run's state map, merged one key at a time (`run_state.sql`).
+- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail;
+  a batch of firings' ticks, runs and messages in one statement (`schedule_rows.sql`).
 - `store.run_rows`: inserting run rows with their workflow version (`run_rows.sql`); a start
   under a debounce rule joins its key's open window or opens one.
 - `store.debounce_transitions`: a start joining the queued run of its key's debounce window (the
@@ -112,10 +114,12 @@ store, the tables:
   (`purge_rows.sql`).
 - `store.run_list_fields`: the run row's list fields (steps, current step, what it waits on,
   last error code), computed by the database in the write that ends a pass or moves the run.
-- `store.schedule_rows`: schedule rows, their ticks (one per nominal time) and audit trail.
-- `store.schedule_transitions`: a schedule paused, resumed or advanced; a backfill's status
+- `store.schedule_transitions`: a schedule paused, resumed or advanced (a batch of them in
+  one statement, `schedule_transitions.sql`); a backfill's status
   changes.
 - `store.transitions`: what every status change shares: the source check, history stamps.
+- `store.overlap_transitions`: a schedule's buffered runs (overlap `buffer_one`,
+  `buffer_all`), admitted in tick order in the transaction that ends the run before them.
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot
   (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.

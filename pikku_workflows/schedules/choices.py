@@ -12,10 +12,14 @@ class Overlap(TextChoices):
     SKIP = "skip", "Skip the tick"
     ALLOW_ALL = "allow_all", "Start another run"
     CANCEL_OTHER = "cancel_other", "Cancel the running one, then start"
+    BUFFER_ONE = "buffer_one", "Keep one run queued (later ticks skip)"
+    BUFFER_ALL = "buffer_all", "Queue each run, in tick order"
 
 
-# Buffering a tick needs runs that wait for admission, which the engine does not have yet.
-UNAVAILABLE_OVERLAPS = ("buffer_one", "buffer_all")
+# Overlaps whose ticks wait as queued runs, admitted one at a time as the schedule's run ends.
+BUFFERING_OVERLAPS = (Overlap.BUFFER_ONE, Overlap.BUFFER_ALL)
+# The most runs a buffer_all schedule keeps queued: a tick beyond is dropped.
+MAX_BUFFERED_RUNS = 1000
 
 
 class CatchUp(TextChoices):
@@ -29,6 +33,8 @@ class CatchUp(TextChoices):
 class TickOutcome(TextChoices):
     STARTED = "started", "Started"
     SKIPPED = "skipped", "Skipped (a run was still going)"
+    BUFFERED = "buffered", "Buffered (queued until the run before ends)"
+    DROPPED = "dropped", "Dropped (the buffer was full)"
     MISSED = "missed", "Missed"
     BACKFILL = "backfill", "Backfill"
     TRIGGERED = "triggered", "Triggered by hand"

@@ -15,7 +15,7 @@ from ..durations import parse_duration
 from ..exceptions import InvalidInput
 from ..serialization import NotStorableJson, round_trip
 from ..validation import NAME_MAX_LENGTH, REASON_MAX_LENGTH, text_problem
-from .choices import UNAVAILABLE_OVERLAPS, CatchUp, Overlap
+from .choices import CatchUp, Overlap
 from .fire_times import FireRule
 
 CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
@@ -128,7 +128,7 @@ def parse_schedule(
     rule_fields = _parse_rule_fields(values, problems)
     spec_values = {
         "input": problems.check("input", _input, values["input"]),
-        "overlap": problems.check("overlap", _overlap, values["overlap"]),
+        "overlap": problems.check("overlap", _choice, values["overlap"], Overlap, "overlap"),
         "catch_up": problems.check("catch_up", _choice, values["catch_up"], CatchUp, "catch_up"),
         "catch_up_window_ms": problems.check(
             "catch_up_window", _window, values["catch_up_window"], "catch_up_window"
@@ -249,15 +249,6 @@ def _input(value: Any) -> Any:
         return round_trip(value, name="input")
     except NotStorableJson as exc:
         raise InvalidInput(f"the input is not storable JSON: {exc}") from exc
-
-
-def _overlap(value: Any) -> str:
-    if value in UNAVAILABLE_OVERLAPS:
-        raise InvalidInput(
-            f"overlap {value!r} is not available yet (buffered ticks need queued runs); "
-            f"use one of {', '.join(Overlap.values)}"
-        )
-    return _choice(value, Overlap, "overlap")
 
 
 def _choice(value: Any, choices: Any, what: str) -> str:

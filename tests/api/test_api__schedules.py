@@ -44,6 +44,14 @@ def test_api_schedules__create_answers_201_with_the_next_fire_times(scheduler_ap
     assert entry.user.username == "scheduler"
 
 
+@pytest.mark.parametrize("overlap", ["buffer_one", "buffer_all"])
+def test_api_schedules__create_takes_a_buffering_overlap(scheduler_api, overlap):
+    answer = create(scheduler_api, overlap=overlap)
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["overlap"] == overlap
+    assert WorkflowSchedule.objects.get().overlap == overlap
+
+
 def test_api_schedules__a_bad_definition_is_400_listing_every_problem(scheduler_api):
     answer = create(
         scheduler_api,

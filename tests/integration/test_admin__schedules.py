@@ -62,6 +62,13 @@ def test_admin_schedules__the_form_creates_through_the_engine_audited(scheduler)
     assert WorkflowScheduleAuditEntry.objects.get().user.username == "scheduler"
 
 
+@pytest.mark.parametrize("overlap", ["buffer_one", "buffer_all"])
+def test_admin_schedules__the_form_takes_a_buffering_overlap(scheduler, overlap):
+    answer = scheduler.post(ADD, form_data(overlap=overlap))
+    assert answer.status_code == 302, answer.context["adminform"].form.errors
+    assert pw.get_schedule("nightly")["overlap"] == overlap
+
+
 def test_admin_schedules__bad_input_is_shown_on_each_field_and_nothing_is_written(scheduler):
     answer = scheduler.post(
         ADD, form_data(cron="61 * * * *", every="5m", timezone="Nowhere/Land", catch_up_max="-1")

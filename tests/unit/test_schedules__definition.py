@@ -30,8 +30,6 @@ def problems_of(**fields) -> dict[str, list[str]]:
         ({"cron": "0 2 * * *", "every": "1h"}, "cron", "not both"),
         ({}, "cron", "not neither"),
         ({"cron": "0 2 * * *", "catch_up_max": -1}, "catch_up_max", "0 or more"),
-        ({"cron": "0 2 * * *", "overlap": "buffer_one"}, "overlap", "not available yet"),
-        ({"cron": "0 2 * * *", "overlap": "buffer_all"}, "overlap", "not available yet"),
         ({"cron": "0 2 * * *", "overlap": "sometimes"}, "overlap", "must be one of"),
         ({"cron": "0 2 * * *", "catch_up": "most"}, "catch_up", "must be one of"),
         ({"cron": "0 2 * * *", "start_at": datetime(2026, 1, 1)}, "start_at", "aware"),
@@ -47,6 +45,14 @@ def problems_of(**fields) -> dict[str, list[str]]:
 def test_definition__each_bad_field_is_named(fields, field, says):
     found = problems_of(**fields)
     assert any(says in message for message in found[field]), found
+
+
+@pytest.mark.parametrize(
+    "overlap", ["skip", "allow_all", "cancel_other", "buffer_one", "buffer_all"]
+)
+def test_definition__every_overlap_is_accepted(overlap):
+    spec = parse_schedule("nightly", "report", {"cron": "0 2 * * *", "overlap": overlap})
+    assert spec.overlap == overlap
 
 
 def test_definition__every_problem_is_listed_at_once():

@@ -27,6 +27,7 @@ from ..replay.replay_pass import lease_lapsed
 from ..store.admission_transitions import holders_of
 from ..store.continue_transitions import successor_of
 from ..store.event_log import last_seq, read_events
+from ..store.overlap_transitions import active_runs
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -202,8 +203,10 @@ def waiting_on(
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
     """Why a queued run waits: its debounce window (`key`: the window's, until `until`), a rate
-    (until `until`), or its concurrency key is full (`held_by`: the runs holding its slots,
-    oldest first)."""
+    (until `until`), its concurrency key is full (`held_by`: the runs holding its slots, oldest
+    first), or its schedule's run before is going."""
+    if run.schedule_id is not None and run.concurrency_key is None and run.not_before is None:
+        return _overlap_wait(run.schedule_id, holders=holders)
     held = run.not_before is not None and run.not_before > timezone.now()
     if run.debounce_key is not None and (held or run.concurrency_key is None):
         wait = _admission(AdmissionReason.DEBOUNCE, run.debounce_key)
@@ -223,6 +226,15 @@ def _admission(reason: AdmissionReason, key: str | None) -> dict[str, Any]:
     wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
     if key is not None:
         wait["key"] = key
+    return wait
+
+
+def _overlap_wait(schedule_id: Any, *, holders: bool) -> dict[str, Any]:
+    """A run its schedule buffered (overlap_transitions): held by the schedule's going runs."""
+    wait = _admission(AdmissionReason.OVERLAP, None)
+    if holders:
+        going = active_runs(schedule_id).order_by("created_at").values_list("pk", flat=True)
+        wait["held_by"] = [str(pk) for pk in going]
     return wait
 
 

@@ -15,28 +15,33 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import BooleanField, ExpressionWrapper
 
 from ...conf import pikku_settings
-from ...dispatch import enqueue_orchestration_with_run
+from ...dispatch import enqueue_orchestration_with_run, queue_in_engine_database
 from ...models import WorkflowRun, WorkflowSchedule
 from ...outages import outages
 from ...registry import registry
 from ...schedules.catch_up import ticks_to_start
-from ...schedules.choices import Overlap, TickOutcome
+from ...schedules.choices import MAX_BUFFERED_RUNS, Overlap, TickOutcome
 from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
-from ..store import claims, schedule_rows, schedule_transitions
-from ..store.run_rows import create_run_row
+from ..store import claims, overlap_transitions, schedule_rows, schedule_transitions
+from ..store.overlap_transitions import BUFFERED
+from ..store.run_rows import admits_without_a_statement, create_run_row
+from ..store.transitions import on_postgresql
 from .control import cancel_run
 from .runs import start_run
 
 # Schedules claimed per transaction: small, so several loops share a burst of due schedules.
-CLAIM_BATCH = 20
+CLAIM_BATCH = 50
 # The most due ticks one firing judges (an every="1s" schedule paused for a day has 86,400).
 MAX_DUE_TICKS = 1000
 ONE_MICROSECOND = timedelta(microseconds=1)
+# Overlaps under which a tick starts its run whatever else is going (cancel_other cancels it).
+FREE_OVERLAPS = (Overlap.ALLOW_ALL, Overlap.CANCEL_OTHER)
 
 
 def fire_due_schedules() -> int:
@@ -49,8 +54,7 @@ def fire_due_schedules() -> int:
         try:
             with transaction.atomic():
                 due = claims.lock_due_schedules_txn(limit, workflows)
-                for schedule in due:
-                    fire_schedule_txn(schedule, schedule.database_now)  # type: ignore[attr-defined]
+                fire_schedules_txn(due)
             count = len(due)
         except DatabaseError as exc:
             # The batch rolled back whole; one transaction per schedule lets the others fire
@@ -82,9 +86,30 @@ def _fire_one_by_one(limit: int, workflows: list[str]) -> int:
     return fired
 
 
-def fire_schedule_txn(schedule: WorkflowSchedule, now: datetime) -> None:
+def fire_schedules_txn(due: list[WorkflowSchedule]) -> None:
+    """Inside a transaction holding the rows of the `due` schedules: fire each. Their runs are
+    read in one query; the firings of a single tick that starts a run (of a workflow admitted
+    without a statement), skips or misses are written together: their ticks, runs and messages
+    in one statement, their next ticks in another. The others write as they go."""
+    runs = _live_runs_of([schedule for schedule in due if schedule.overlap != Overlap.ALLOW_ALL])
+    batch = _Batch() if on_postgresql() and queue_in_engine_database() else None
+    for schedule in due:
+        now = schedule.database_now  # type: ignore[attr-defined]
+        fire_schedule_txn(schedule, now, runs=runs.get(schedule.pk, []), batch=batch)
+    if batch is not None:
+        batch.write()
+
+
+def fire_schedule_txn(
+    schedule: WorkflowSchedule,
+    now: datetime,
+    *,
+    runs: list[tuple[Any, str, bool]] | None = None,
+    batch: _Batch | None = None,
+) -> None:
     """Inside a transaction holding the schedule's row: record and start its due ticks as the
-    catch-up and overlap rules say, and move it to its next tick after `now`."""
+    catch-up and overlap rules say, and move it to its next tick after `now`. `runs`: its live
+    runs, read already (`_live_runs_of`); `batch`: where a simple firing is written."""
     assert transaction.get_connection().in_atomic_block
     spec = schedule_rows.spec_of(schedule)
     due = list(_due_ticks(schedule, spec, now))
@@ -92,19 +117,92 @@ def fire_schedule_txn(schedule: WorkflowSchedule, now: datetime) -> None:
     starts = ticks_to_start(
         due, now, catch_up=spec.catch_up, window=window, catch_up_max=spec.catch_up_max
     )
-    firing = _Firing(schedule, spec, now)
-    for nominal, start in zip(due, starts, strict=True):
-        firing.tick(nominal, start)
+    firing = _Firing(schedule, spec, now, runs)
     after = max(now, due[-1]) if due else now
     next_nominal, next_fire = schedule_rows.next_tick(spec, after)
+    advance = {"next_nominal_at": next_nominal, "next_fire_at": next_fire, "last_fired_at": now}
+    if batch is not None and not due:  # its jitter has not passed, or the rule changed
+        batch.advances[schedule.pk] = {
+            **advance,
+            "last_outcome": schedule.last_outcome,
+            "skipped_in_a_row": schedule.skipped_in_a_row,
+        }
+        return
+    alone = firing.judge_alone(due[0], starts[0]) if batch is not None and len(due) == 1 else None
+    if batch is not None and alone is not None:
+        batch.add(firing, due[0], *alone, advance)
+        return
+    for nominal, start in zip(due, starts, strict=True):
+        firing.tick(nominal, start)
     schedule_transitions.advance_schedule(
         schedule.pk,
-        next_nominal_at=next_nominal,
-        next_fire_at=next_fire,
-        last_fired_at=now,
+        **advance,
         last_outcome=firing.last_outcome or schedule.last_outcome,
         skipped_in_a_row=firing.skipped_in_a_row,
     )
+
+
+def _live_runs_of(schedules: list[WorkflowSchedule]) -> dict[Any, list[tuple[Any, str, bool]]]:
+    """The runs of `schedules` not ended, by schedule, in tick order: (id, status, buffered)."""
+    if not schedules:
+        return {}
+    runs = WorkflowRun.objects.filter(schedule__in=schedules).exclude(
+        status__in=TERMINAL_RUN_STATUSES
+    )
+    waiting = runs.annotate(buffered=ExpressionWrapper(BUFFERED, output_field=BooleanField()))
+    ordered = waiting.order_by("scheduled_for", "created_at", "id")
+    live: dict[Any, list[tuple[Any, str, bool]]] = {}
+    rows = ordered.values_list("schedule_id", "pk", "status", "buffered")
+    for schedule_id, run_id, status, buffered in rows:
+        live.setdefault(schedule_id, []).append((run_id, status, buffered))
+    return live
+
+
+class _Batch:
+    """Firings of one tick each, written together once the batch's schedules are judged."""
+
+    def __init__(self) -> None:
+        self.ticks: list[dict[str, Any]] = []
+        self.runs: list[dict[str, Any]] = []
+        self.advances: dict[Any, dict[str, Any]] = {}
+
+    def add(
+        self,
+        firing: _Firing,
+        nominal: datetime,
+        outcome: str,
+        reason: str,
+        advance: dict[str, Any],
+    ) -> None:
+        schedule = firing.schedule
+        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
+        self.ticks.append(
+            {
+                "schedule_id": schedule.pk,
+                "nominal_at": nominal,
+                "fired_at": firing.now,
+                "outcome": outcome,
+                "run_id": run_id,
+                "reason": reason,
+            }
+        )
+        if run_id is not None:
+            self.runs.append(_scheduled_run_fields(schedule, nominal, run_id))
+        skipped = firing.skipped_in_a_row
+        if outcome == TickOutcome.SKIPPED:
+            skipped += 1
+        elif run_id is not None:
+            skipped = 0
+        self.advances[schedule.pk] = {
+            **advance,
+            "last_outcome": outcome,
+            "skipped_in_a_row": skipped,
+        }
+
+    def write(self) -> None:
+        if self.ticks:
+            schedule_rows.write_fired_ticks_txn(self.ticks, self.runs)
+        schedule_transitions.advance_schedules(self.advances)
 
 
 def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> Iterator[datetime]:
@@ -125,27 +223,58 @@ def _due_ticks(schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) ->
 
 
 class _Firing:
-    """One firing of a schedule: its ticks written in order, its runs started."""
+    """One firing of a schedule: its ticks written in order, its runs started or buffered."""
 
-    def __init__(self, schedule: WorkflowSchedule, spec: ScheduleSpec, now: datetime) -> None:
+    def __init__(
+        self,
+        schedule: WorkflowSchedule,
+        spec: ScheduleSpec,
+        now: datetime,
+        runs: list[tuple[Any, str, bool]] | None = None,
+    ) -> None:
         self.schedule, self.spec, self.now = schedule, spec, now
         self.skipped_in_a_row = schedule.skipped_in_a_row
         self.last_outcome = ""
-        # allow_all starts whatever runs: it needs no read of them.
-        self.active: list[tuple[Any, str]] = (
-            []
-            if spec.overlap == Overlap.ALLOW_ALL
-            else list(
-                WorkflowRun.objects.filter(schedule=schedule)
-                .exclude(status__in=TERMINAL_RUN_STATUSES)
-                .values_list("pk", "status")
-            )
-        )
         self.failed_run = _failed_run_to_pause_for(schedule)
+        # allow_all starts whatever runs: it needs no read of them.
+        self.active: list[tuple[Any, str]] = []
+        self.buffered: list[Any] = []
+        if spec.overlap != Overlap.ALLOW_ALL:
+            self._sort_runs(self._read_runs() if runs is None else runs)
+        if self.buffered and not self.active:
+            # Buffered runs nobody admits (the overlap changed from buffering since their run
+            # before ended): the oldest goes first.
+            overlap_transitions.admit_buffered_txn(schedule.pk)
+            self.active, self.buffered = [], []
+            self._sort_runs(self._read_runs())
+
+    def _read_runs(self) -> list[tuple[Any, str, bool]]:
+        return _live_runs_of([self.schedule]).get(self.schedule.pk, [])
+
+    def _sort_runs(self, runs: list[tuple[Any, str, bool]]) -> None:
+        for run_id, status, buffered in runs:
+            if buffered:
+                self.buffered.append(run_id)
+            else:
+                self.active.append((run_id, status))
+
+    def judge_alone(self, nominal: datetime, start: bool) -> tuple[str, str] | None:
+        """The outcome and reason of this firing's only tick when writing it needs nothing but
+        its tick row and run row (`_Batch`); else None."""
+        outcome, reason = self._judge(nominal, start)
+        if outcome == TickOutcome.BUFFERED:
+            return None
+        if outcome == TickOutcome.STARTED:
+            if self.spec.overlap == Overlap.CANCEL_OTHER and (self.active or self.buffered):
+                return None
+            if not admits_without_a_statement(self.schedule.workflow):
+                return None
+        return outcome, reason
 
     def tick(self, nominal: datetime, start: bool) -> None:
         outcome, reason = self._judge(nominal, start)
-        run_id = uuid.uuid4() if outcome == TickOutcome.STARTED else None
+        with_run = outcome in (TickOutcome.STARTED, TickOutcome.BUFFERED)
+        run_id = uuid.uuid4() if with_run else None
         tick = schedule_rows.write_tick_txn(
             self.schedule, nominal, self.now, outcome, reason=reason, run_id=run_id
         )
@@ -156,10 +285,14 @@ class _Firing:
             self.skipped_in_a_row += 1
         if run_id is None:
             return
+        self.skipped_in_a_row = 0
+        if outcome == TickOutcome.BUFFERED:
+            create_run_row(**_scheduled_run_fields(self.schedule, nominal, run_id), buffered=True)
+            self.buffered.append(run_id)
+            return
         self._cancel_others(nominal)
         start_run_row_txn(self.schedule, nominal, run_id)
         self.active.append((run_id, RunStatus.RUNNING))
-        self.skipped_in_a_row = 0
 
     def _judge(self, nominal: datetime, start: bool) -> tuple[str, str]:
         if not start:
@@ -170,20 +303,41 @@ class _Firing:
             )
         if self.failed_run is not None:
             return TickOutcome.SKIPPED, f"run {self.failed_run} failed: the schedule pauses"
-        if self.active and self.spec.overlap == Overlap.SKIP:
+        if not (self.active or self.buffered) or self.spec.overlap in FREE_OVERLAPS:
+            return TickOutcome.STARTED, ""
+        if self.spec.overlap == Overlap.SKIP:
+            return TickOutcome.SKIPPED, f"overlap=skip: {self._holder()}"
+        return self._judge_buffer()
+
+    def _judge_buffer(self) -> tuple[str, str]:
+        overlap = self.spec.overlap
+        if overlap == Overlap.BUFFER_ONE and self.buffered:
+            return TickOutcome.SKIPPED, f"overlap=buffer_one: run {self.buffered[0]} already waits"
+        if len(self.buffered) >= MAX_BUFFERED_RUNS:
+            return TickOutcome.DROPPED, (
+                f"overlap=buffer_all: {MAX_BUFFERED_RUNS} runs already wait, the most it keeps"
+            )
+        return TickOutcome.BUFFERED, f"overlap={overlap}: queued until {self._holder()} ends"
+
+    def _holder(self) -> str:
+        """The run that holds the schedule's overlap (the newest going, else the newest
+        buffered), in words."""
+        if self.active:
             run_id, status = self.active[-1]
-            return TickOutcome.SKIPPED, f"overlap=skip: run {run_id} is still {status}"
-        return TickOutcome.STARTED, ""
+            return f"run {run_id} is still {status}"
+        return f"run {self.buffered[-1]} is still queued"
 
     def _cancel_others(self, nominal: datetime) -> None:
         if self.spec.overlap != Overlap.CANCEL_OTHER:
             return
-        for run_id, _ in self.active:
+        others = [run_id for run_id, _ in self.active] + self.buffered
+        for run_id in others:
             cancel_run(
                 run_id,
                 reason=f"overlap=cancel_other: the tick at {nominal.isoformat()} replaced it",
             )
         self.active.clear()
+        self.buffered.clear()
 
 
 def _failed_run_to_pause_for(schedule: WorkflowSchedule) -> Any:
@@ -209,16 +363,22 @@ def scheduled_run_key(name: str, nominal: datetime) -> str:
 def start_run_row_txn(schedule: WorkflowSchedule, nominal: datetime, run_id: Any) -> None:
     """Inside the firing's transaction: the run of the tick at `nominal` (its input checked when
     the schedule was defined), and its message in the same commit where the queue allows."""
-    create_run_row(
-        schedule.workflow,
-        schedule.input,
-        inline=False,
-        id=run_id,
-        idempotency_key=scheduled_run_key(schedule.name, nominal),
-        schedule=schedule,
-        scheduled_for=nominal,
-    )
+    create_run_row(**_scheduled_run_fields(schedule, nominal, run_id))
     enqueue_orchestration_with_run(run_id)
+
+
+def _scheduled_run_fields(
+    schedule: WorkflowSchedule, nominal: datetime, run_id: Any
+) -> dict[str, Any]:
+    return {
+        "workflow": schedule.workflow,
+        "input": schedule.input,
+        "inline": False,
+        "id": run_id,
+        "idempotency_key": scheduled_run_key(schedule.name, nominal),
+        "schedule": schedule,
+        "scheduled_for": nominal,
+    }
 
 
 def start_scheduled_run(

@@ -23,7 +23,8 @@ from ...schedules.fire_times import fire_times
 from ...schedules.preview import preview
 from ...schedules.spec import ScheduleSpec, checked_note, parse_schedule
 from ...status import TERMINAL_RUN_STATUSES, RunStatus
-from ..store import claims, schedule_rows, schedule_transitions
+from ..store import claims, overlap_transitions, schedule_rows, schedule_transitions
+from .control import cancel_run
 from .runs import checked_user
 from .schedule_firing import scheduled_run_key, start_scheduled_run
 
@@ -73,10 +74,13 @@ def update_schedule(name: str, *, by: Any = None, **fields: Any) -> dict[str, An
 
 
 def delete_schedule(name: str, *, by: Any = None) -> None:
-    """Delete the schedule `name` with its ticks and backfills; its runs stay."""
+    """Delete the schedule `name` with its ticks and backfills; its runs stay, but the buffered
+    ones (nothing would admit them) are cancelled."""
     by = checked_user(by, "by")
     with transaction.atomic():
         schedule = _locked(name)
+        for run_id in overlap_transitions.buffered_runs(schedule.pk).values_list("pk", flat=True):
+            cancel_run(run_id, reason=f"its schedule {name!r} was deleted", by=by)
         schedule_rows.audit_schedule(
             None, name, "delete", user=by, payload={"workflow": schedule.workflow}
         )
@@ -135,12 +139,14 @@ def pause_schedule(name: str, *, note: str = "", by: Any = None) -> dict[str, An
 
 
 def resume_schedule(name: str, *, by: Any = None) -> dict[str, Any]:
-    """Resume the schedule `name`; the ticks it missed while paused follow its catch-up rule."""
+    """Resume the schedule `name`; the ticks it missed while paused follow its catch-up rule,
+    and its oldest buffered run is admitted if none of its runs is going."""
     by = checked_user(by, "by")
     with transaction.atomic():
         schedule = _locked(name)
         if schedule_transitions.set_paused(schedule.pk, False):
             schedule_rows.audit_schedule(schedule, name, "resume", user=by)
+            overlap_transitions.admit_buffered_txn(schedule.pk)
     return get_schedule(name)
 
 

@@ -273,7 +273,14 @@ def _step_failed_error(exc: StepFailed) -> dict[str, Any]:
 
 def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
     try:
-        move_run(run.pk, status, expected=[RunStatus.RUNNING], lease_holder=holder, **fields)
+        move_run(
+            run.pk,
+            status,
+            expected=[RunStatus.RUNNING],
+            lease_holder=holder,
+            scheduled=run.schedule_id is not None,
+            **fields,
+        )
     except (InvalidTransition, RunInterrupted):
         # An operator cancelled or suspended the run meanwhile, or our lease lapsed: theirs wins.
         logger.info("pikku_workflows: run %s changed during its pass; outcome dropped", run.pk)

@@ -31,7 +31,7 @@ from ...models import (
     WorkflowStep,
 )
 from ...querysets import DatabaseNow, StatementNow
-from ...schedules.choices import BackfillStatus
+from ...schedules.choices import BUFFERING_OVERLAPS, BackfillStatus
 from ...sql import Statements
 from ...status import ApprovalStatus, RunStatus
 from .tables import engine_names
@@ -313,6 +313,18 @@ def lock_schedule_txn(name: str) -> WorkflowSchedule | None:
         .select_for_update(of=("self",))
         .first()
     )
+
+
+def lock_buffering_schedule_of_run_txn(run_id: Any) -> Any:
+    """Inside a transaction: the id of the schedule that started run `run_id` if it buffers
+    overlapping ticks, its row held FOR NO KEY UPDATE (before the run's row, as a firing takes
+    them), else None. A run ending holds it while it admits the schedule's buffered run: a
+    firing waits, then sees the run ended or its successor admitted, never a buffered run
+    nobody will admit. (Such a firing locks no run but a buffered one, which no pass holds.)"""
+    assert transaction.get_connection().in_atomic_block
+    schedules = WorkflowSchedule.objects.select_for_update(no_key=True, of=("self",))
+    buffering = schedules.filter(runs=run_id, overlap__in=BUFFERING_OVERLAPS)
+    return buffering.values_list("pk", flat=True).first()
 
 
 def lock_running_backfills_txn(limit: int) -> list[WorkflowBackfill]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import timedelta
+import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ def create_run_row(
     inline: bool,
     lease_holder: str | None = None,
     admitted: bool = False,
+    buffered: bool = False,
     **fields: Any,
 ) -> WorkflowRun:
     """Insert a running run of a registered workflow and upsert its version row.
@@ -67,13 +69,15 @@ def create_run_row(
 
     With `admitted`, the caller has admitted the run already (a successor taking over its
     predecessor's slots, `fields` giving its key and priority): no rule or rate applies.
+    A `buffered` run (a schedule's tick while its run before is going) is born queued, outside
+    any rule or rate: the schedule admits it when that run ends (`overlap_transitions`).
     """
     run, version, admission = _new_run(
-        workflow, input, lease_holder, admitted, inline=inline, **fields
+        workflow, input, lease_holder, admitted=admitted, buffered=buffered, inline=inline, **fields
     )
-    if not admitted:
+    if not (admitted or buffered):
         run.not_before = start_time(workflow)
-    _insert(run, version, admission, None)
+    _insert(run, version, admission, None, buffered)
     events.announce_run_started(run)
     return run
 
@@ -109,20 +113,26 @@ def start_run_row(
             return _joined_run(joined), True
         if run.not_before is None:
             run.not_before = start_time(workflow)
-        if _insert(run, version, None, debouncing):
+        if _insert(run, version, None, debouncing, buffered=False):
             events.announce_run_started(run)
             return run, False
     raise DatabaseError(f"No debounce window of {workflow!r} key {debouncing.key!r} held still.")
 
 
 def _new_run(
-    workflow: str, input: Any, lease_holder: str | None, admitted: bool = False, **fields: Any
+    workflow: str,
+    input: Any,
+    lease_holder: str | None = None,
+    *,
+    admitted: bool = False,
+    buffered: bool = False,
+    **fields: Any,
 ) -> tuple[WorkflowRun, WorkflowVersion, Admission | None]:
     """The unsaved run (and the version row it runs) a start of `workflow` would insert;
     InvalidInput for a key or priority function that fails on `input`. An `admitted` run's
-    caller gives its key and priority in `fields`."""
+    caller gives its key and priority in `fields`; a `buffered` one asks no rule."""
     definition = registry.get_workflow(workflow)
-    admission = None if admitted else admission_for(workflow, input)
+    admission = None if admitted or buffered else admission_for(workflow, input)
     flow_fields = {} if admitted else _flow_fields(definition, admission, input)
     # Versions are recorded when a run starts, never at import: ready() must not query. A graph
     # run goes on from its stored definition whatever is registered later (engine/replay/versions.py).
@@ -153,14 +163,17 @@ def _insert(
     version: WorkflowVersion,
     admission: Admission | None,
     debouncing: Debouncing | None,
+    buffered: bool,
 ) -> bool:
     """Insert `run` (False: a debounce window of its key was open, and nothing was written)."""
     lease_seconds = None if run.lease_holder is None else pikku_settings.RUN_LEASE_SECONDS
     if on_postgresql():
-        inserted = _insert_in_one_statement(run, version, lease_seconds, admission, debouncing)
+        inserted = _insert_in_one_statement(
+            run, version, lease_seconds, admission, debouncing, buffered
+        )
     else:
         with transaction.atomic():
-            inserted = _insert_with_the_orm(run, version, admission, debouncing)
+            inserted = _insert_with_the_orm(run, version, admission, debouncing, buffered)
     run.lease_expires_at = None
     if run.status == RunStatus.QUEUED:
         run.lease_holder = None
@@ -183,14 +196,58 @@ def _flow_fields(
     }
 
 
+def admits_without_a_statement(workflow: str) -> bool:
+    """Whether a new run of `workflow` is admitted at once without reading anything: no
+    concurrency rule, no limit's rate (`run_rows_json` may then build it)."""
+    definition = registry.get_workflow(workflow)
+    return definition.concurrency is None and not definition.limits
+
+
+def run_rows_json(runs: list[dict[str, Any]]) -> tuple[dict[str, str], list[WorkflowRun]]:
+    """The named parameters `runs` and `versions` of a statement that inserts many running runs
+    at once (`schedule_rows.sql` `insert_fired_ticks`): each of `runs` is the keyword arguments
+    of a run of a workflow that `admits_without_a_statement`, JSON rows of the run table and of
+    its distinct versions; and the runs (`announce_runs_started` once inserted)."""
+    rows, versions, built = [], {}, []
+    for fields in runs:
+        run, version, _ = _new_run(**fields)
+        rows.append(_json_columns(run))
+        versions[version.name, version.graph_hash] = _json_columns(version)
+        built.append(run)
+    params = {"runs": json.dumps(rows), "versions": json.dumps(list(versions.values()))}
+    return params, built
+
+
+def announce_runs_started(runs: list[WorkflowRun], inserted: set[Any]) -> None:
+    """Announce (at commit) each of `runs` whose id is in `inserted`, as `create_run_row` does."""
+    for run in runs:
+        if run.pk in inserted:
+            run._state.adding, run._state.db = False, connection.alias
+            events.announce_run_started(run)
+
+
+def _json_columns(instance: Any) -> dict[str, Any]:
+    """Each concrete column's value as JSON (what `jsonb_populate_recordset` reads)."""
+    columns = {}
+    for field in instance._meta.concrete_fields:
+        value = field.pre_save(instance, add=True)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, uuid.UUID):
+            value = str(value)
+        columns[field.column] = value
+    return columns
+
+
 def _insert_in_one_statement(
     run: WorkflowRun,
     version: WorkflowVersion,
     lease_seconds: float | None,
     admission: Admission | None,
     debouncing: Debouncing | None,
+    buffered: bool,
 ) -> bool:
-    params = {**_column_values(run), "lease_seconds": lease_seconds}
+    params = {**_column_values(run), "lease_seconds": lease_seconds, "buffered": buffered}
     params |= {f"version_{name}": value for name, value in _column_values(version).items()}
     params |= _admission_params(admission)
     params |= {
@@ -235,12 +292,14 @@ def _insert_with_the_orm(
     version: WorkflowVersion,
     admission: Admission | None,
     debouncing: Debouncing | None,
+    buffered: bool,
 ) -> bool:
     WorkflowVersion.objects.bulk_create([version], ignore_conflicts=True)
     run.refused_slot = False  # type: ignore[attr-defined]
     if debouncing is not None:
         _open_window(run, debouncing.rule)
-    if debouncing is not None or (run.not_before is not None and run.not_before > timezone.now()):
+    held = run.not_before is not None and run.not_before > timezone.now()
+    if debouncing is not None or buffered or held:
         run.status, run.lease_holder, run.waiting_on = RunStatus.QUEUED, None, WaitingKind.ADMISSION
         run.save(force_insert=True)
         return True

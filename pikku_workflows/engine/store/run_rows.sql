@@ -1,6 +1,6 @@
 -- name: insert_run
--- Upsert the run's workflow version and insert the run: queued until %(not_before)s when a
--- rate holds it that long; else admitted unless rule %(rule)s (a
+-- Upsert the run's workflow version and insert the run: queued when %(buffered)s (its
+-- schedule admits it), or until %(not_before)s when a rate holds it that long; else admitted unless rule %(rule)s (a
 -- concurrency rule, or NULL: none) already has %(max_active)s slots taken for key
 -- %(concurrency_key)s: an admitted run takes its slot and, when %(lease_holder)s and
 -- %(lease_seconds)s are given, is born leased for that long on the database clock; a run not
@@ -24,7 +24,8 @@ verdict AS (
     SELECT due AND (%(rule)s::text IS NULL OR EXISTS (SELECT 1 FROM taken)) AS admitted,
         due AND %(rule)s::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken) AS refused
     FROM (
-        SELECT %(debounce_key)s::text IS NULL AND (%(not_before)s::timestamptz IS NULL
+        SELECT %(debounce_key)s::text IS NULL AND NOT %(buffered)s::boolean
+            AND (%(not_before)s::timestamptz IS NULL
             OR %(not_before)s::timestamptz <= statement_timestamp()) AS due
     ) AS timing
 ),

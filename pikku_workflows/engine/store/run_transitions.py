@@ -17,6 +17,8 @@ from ...querysets import DatabaseNow
 from ...registry import registry
 from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
 from .admission_transitions import held_slots, lock_keys_txn, release_slots_txn
+from .claims import lock_buffering_schedule_of_run_txn
+from .overlap_transitions import admit_buffered_txn
 from .run_list_fields import KEEP_ERROR, list_field_values
 from .schedule_transitions import pause_for_failed_run
 from .transitions import checked_sources
@@ -29,6 +31,7 @@ def move_run(
     expected: Iterable[str] | None = None,
     lease_holder: str | None = None,
     keeps_slots: bool = False,
+    scheduled: bool = True,
     **fields: Any,
 ) -> None:
     """Move a run to `target` if its status is one of `expected` (default: every legal source).
@@ -38,20 +41,30 @@ def move_run(
     orchestrated again, so a pending rerun request is moot).
 
     A run that ends frees its concurrency slots in the same transaction, which admits the runs
-    queued on them: the keys' locks first, then the run's row (the lock order of claims.sql).
-    With `keeps_slots` (a run handing them to its successor) its slots stay where they are: the
-    caller holds their keys' locks and moves them in its own transaction.
+    queued on them, and admits its schedule's next buffered run (a failed one first pauses a
+    schedule that pauses on failure, which then admits none): the buffering schedule's row
+    first, then the keys' locks, then the run's row (the lock order of claims.sql). A caller
+    that has the run's row passes `scheduled=False` for a run no schedule started: its end
+    then reads no schedule. With `keeps_slots` (a run handing its slots and its schedule to its
+    successor) the end frees and admits nothing: the caller holds the keys' locks and moves the
+    slots in its own transaction.
     """
     sources = checked_sources("run", target, run_sources(target), expected)
-    if target in TERMINAL_RUN_STATUSES and registry.uses_concurrency and not keeps_slots:
-        with transaction.atomic():
-            slots = held_slots(run_id)
-            lock_keys_txn(slots)
-            _move_run(run_id, target, sources, lease_holder, fields)
-            if slots:
-                release_slots_txn(run_id, slots)
+    ending = target in TERMINAL_RUN_STATUSES and not keeps_slots
+    if not ending or not (scheduled or registry.uses_concurrency):
+        _move_run(run_id, target, sources, lease_holder, fields)
         return
-    _move_run(run_id, target, sources, lease_holder, fields)
+    with transaction.atomic():
+        schedule_id = lock_buffering_schedule_of_run_txn(run_id) if scheduled else None
+        slots = held_slots(run_id) if registry.uses_concurrency else []
+        lock_keys_txn(slots)
+        _move_run(run_id, target, sources, lease_holder, fields)
+        if slots:
+            release_slots_txn(run_id, slots)
+        if schedule_id is not None:
+            if target == RunStatus.FAILED:
+                pause_for_failed_run(run_id)
+            admit_buffered_txn(schedule_id)
 
 
 def _move_run(

@@ -3,6 +3,7 @@ a second is refused by the unique key), and the schedule audit trail."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -10,11 +11,14 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
+from ...dispatch import queue_fragments, run_messages_params
 from ...models import WorkflowSchedule, WorkflowScheduleAuditEntry, WorkflowScheduleTick
 from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec, parse_schedule
 from ...sql import Statements, quoted_table
+from .run_rows import announce_runs_started, run_rows_json
+from .tables import engine_names
 from .transitions import on_postgresql
 
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -128,11 +132,37 @@ def set_tick_run(tick_id: Any, run_id: Any, outcome: str, reason: str = "") -> N
     )
 
 
+def write_fired_ticks_txn(ticks: list[dict[str, Any]], runs: list[dict[str, Any]]) -> int:
+    """Inside a transaction, on PostgreSQL with the queue in the engine's database: a batch of
+    firings' ticks (`insert_tick`'s parameters each), and the runs they start (`run_rows_json`'s
+    keyword arguments each, `id` the tick's `run_id`) with their messages, in one statement;
+    a tick whose nominal time has one already is not written, nor its run. Returns how many
+    runs were started."""
+    assert transaction.get_connection().in_atomic_block
+    run_params, built = run_rows_json(runs)
+    params = {
+        "ticks": json.dumps(ticks, default=_json_value),
+        **run_params,
+        **run_messages_params([run["id"] for run in runs]),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["insert_fired_ticks"], params)
+        started = {row[0] for row in cursor.fetchall()}
+    announce_runs_started(built, started)
+    return len(started)
+
+
+def _json_value(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
 def schedule_names() -> dict[str, str]:
-    return {"tick": quoted_table(WorkflowScheduleTick)}
+    return {**engine_names(), "tick": quoted_table(WorkflowScheduleTick)}
 
 
-STATEMENTS = Statements(Path(__file__).with_name("schedule_rows.sql"), names=schedule_names)
+STATEMENTS = Statements(
+    Path(__file__).with_name("schedule_rows.sql"), names=schedule_names, fragments=queue_fragments
+)
 
 
 def audit_schedule(

@@ -3,12 +3,18 @@ and a backfill's status changes: each one guarded write."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from django.db import connection
 
 from ...exceptions import InvalidTransition
 from ...models import WorkflowBackfill, WorkflowRun, WorkflowSchedule
 from ...querysets import DatabaseNow
 from ...schedules.choices import BackfillStatus
+from ...sql import Statements, quoted_table
 
 # The moves a backfill may make: only a running one ends.
 BACKFILL_SOURCES = {
@@ -21,6 +27,29 @@ def advance_schedule(schedule_id: Any, **fields: Any) -> None:
     """Write the schedule's next tick and what its last firing did (`next_nominal_at`,
     `next_fire_at`, `last_fired_at`, `last_outcome`, `skipped_in_a_row`)."""
     WorkflowSchedule.objects.filter(pk=schedule_id).update(updated_at=DatabaseNow(), **fields)
+
+
+def advance_schedules(advances: dict[Any, dict[str, Any]]) -> None:
+    """`advance_schedule` for many schedules in one statement (`schedule_transitions.sql`):
+    `advances` maps each schedule's id to those fields, all of them."""
+    if not advances:
+        return
+    rows = [{"id": pk, **fields} for pk, fields in advances.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            STATEMENTS["advance_schedules"], {"advances": json.dumps(rows, default=_iso)}
+        )
+
+
+def _iso(value: Any) -> str:
+    assert isinstance(value, datetime)
+    return value.isoformat()
+
+
+STATEMENTS = Statements(
+    Path(__file__).with_name("schedule_transitions.sql"),
+    names=lambda: {"schedule": quoted_table(WorkflowSchedule)},
+)
 
 
 def set_paused(schedule_id: Any, paused: bool, note: str = "", **fields: Any) -> bool:
