@@ -26,6 +26,7 @@ from .exceptions import (
     InvalidTransition,
     LimitNotFound,
     NonDeterministicReplay,
+    RateLimited,
     RunCancelled,
     RunFailed,
     RunNotFound,
@@ -45,7 +46,7 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
-from .flow import Concurrency
+from .flow import Concurrency, Rate
 from .registry import (
     define_limit,
     graph_workflow,
@@ -114,6 +115,8 @@ __all__ = [
     "InvalidTransition",
     "LimitNotFound",
     "NonDeterministicReplay",
+    "Rate",
+    "RateLimited",
     "RunCancelled",
     "RunFailed",
     "RunNotFound",

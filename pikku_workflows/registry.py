@@ -20,6 +20,7 @@ from .durations import parse_duration
 from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
 from .flow import Concurrency, Limit, Priority, checked_limit_names, checked_priority
 from .flow.limits import define
+from .flow.step_rates import Rate
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .retention import parse_retention
@@ -63,6 +64,14 @@ class StepFunctionDefinition:
     atomic: bool = False
     # The step function that undoes a succeeded step of this one.
     compensate: str | None = None
+    # Named limits and its own rate, which space (and hold) its attempts.
+    limits: tuple[str, ...] = ()
+    rate: Rate | None = None
+
+    @property
+    def governed(self) -> bool:
+        """Whether its attempts are admitted under limits or a rate (docs/flow-control.md)."""
+        return bool(self.limits) or self.rate is not None
 
 
 @dataclass(frozen=True)
@@ -345,6 +354,8 @@ def step_function(
     timeout: int | str | None = None,
     atomic: bool = False,
     compensate: str | None = None,
+    limits: Iterable[str] = (),
+    rate: Rate | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(data, ctx)` as the step function `name`.
 
@@ -359,7 +370,15 @@ def step_function(
     `compensate` names the step function that undoes a succeeded step of this one when its run
     fails or is cancelled with `compensate=True`; it must be registered already
     (ImproperlyConfigured otherwise).
+
+    `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the attempts of every
+    step and run naming them; `rate=pw.Rate(key=..., rate="2/s", burst=1)` spaces this
+    function's own attempts per key. An attempt over either waits, its step pending, until the
+    exact time it may start (docs/flow-control.md, "Step limits").
     """
+    limit_names = checked_limit_names(limits, f"Step function {name!r}")
+    if rate is not None and not isinstance(rate, Rate):
+        raise InvalidInput(f"Step function {name!r}: rate= takes a pw.Rate, not {rate!r:.60}.")
     timeout_ms = parse_timeout(timeout) if timeout is not None else None
     if timeout_ms is not None and inline:
         raise InvalidInput(f"Step function {name!r}: timeout is enforced only with inline=False.")
@@ -370,7 +389,9 @@ def step_function(
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         registry.add_step_function(
-            StepFunctionDefinition(name, func, inline, queue, timeout_ms, atomic, compensate)
+            StepFunctionDefinition(
+                name, func, inline, queue, timeout_ms, atomic, compensate, limit_names, rate
+            )
         )
         return func
 

@@ -97,6 +97,9 @@ store, the tables:
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
+- `store.rate_transitions`: rates of named limits and step functions: GCRA per (limit, key) in
+  one statement on the database clock (`rate_transitions.sql`), saying when a start or a step
+  attempt may begin; attempts held until then; keys closed by `pw.RateLimited`.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
 - `store.purge_rows`: a purge's writes: every row naming a purged run through a foreign key
@@ -111,8 +114,6 @@ store, the tables:
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot
   (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.
-- `store.rate_transitions`: named limits' rates: GCRA per (limit, key) in one statement on the
-  database clock (`rate_transitions.sql`), saying when a start may begin.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.event_log`: the timeline's event log, read in seq order (its rows are written by
   database triggers; the seq is assigned at commit, under the run's event lock).

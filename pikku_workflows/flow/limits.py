@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..exceptions import InvalidInput
 from ..validation import NAME_MAX_LENGTH, checked_text
-from .rates import Rate, parse_rate
+from .rates import ParsedRate, parse_rate
 
 
 @dataclass(frozen=True)
@@ -17,13 +17,16 @@ class Limit:
 
     name: str
     rate_text: str
-    rate: Rate
+    rate: ParsedRate
 
 
 def define(name: object, *, rate: object, burst: object = 0) -> Limit:
     """The limit, checked: InvalidInput naming the problem (a bad name, rate or burst)."""
     checked_text(name, "A limit name", max_length=NAME_MAX_LENGTH)
     assert isinstance(name, str)
+    if ":" in name:
+        # A step function's own rate rows go under "step:<function>" beside the limits' rows.
+        raise InvalidInput(f"A limit name must not contain a colon: {name!r}.")
     parsed = parse_rate(rate, burst=burst, what=f"rate of limit {name!r}")
     assert isinstance(rate, str)
     return Limit(name, rate, parsed)

@@ -75,7 +75,8 @@ class WorkflowRate(models.Model):
     start left, on the database clock."""
 
     id = models.BigAutoField(primary_key=True)
-    limit_name = models.CharField(max_length=NAME_MAX_LENGTH)
+    # A named limit, or "step:<function>" for a step function's own rate.
+    limit_name = models.CharField(max_length=NAME_MAX_LENGTH + 16)
     key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="")
     tat = models.DateTimeField()
 

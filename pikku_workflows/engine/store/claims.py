@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
 
 from ...control_flow import RunInterrupted
 from ...models import (
@@ -57,8 +57,8 @@ PURGER_LOCK_KEY = 0x70696B6B75_7072
 def lock_step_txn(run_id: Any, step_key: str, lease_holder: str | None = None) -> Any:
     """Inside a transaction: the step of a running run (run under `lease_holder`'s lease when
     given), its row locked and its run's row shared (a cancel or suspend committing meanwhile
-    is waited for, then seen), annotated with `lease_lapsed` and `retry_due` on the database
-    clock; None when there is no such step, or its run is not running (under that lease)."""
+    is waited for, then seen), annotated with `lease_lapsed`, `retry_due` and `rate_wait`
+    on the database clock; None when there is no such step, or its run is not running (under that lease)."""
     assert transaction.get_connection().in_atomic_block
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -96,6 +96,10 @@ def _lock_step_row_txn(run_id: Any, step_key: str) -> Any:
             retry_due=ExpressionWrapper(
                 Q(wake_at__isnull=True) | Q(wake_at__lte=DatabaseNow()),
                 output_field=BooleanField(),
+            ),
+            # How long until the time a rate gave the step's next attempt.
+            rate_wait=ExpressionWrapper(
+                F("not_before") - DatabaseNow(), output_field=DurationField()
             ),
         )
         .first()
