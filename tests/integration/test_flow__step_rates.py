@@ -150,10 +150,11 @@ def test_step_rate__an_inline_caller_waits_out_a_short_hold_and_finishes_the_run
     assert two - one >= timedelta(milliseconds=950)
 
 
-def test_rate_limited__the_attempt_fails_rate_limited_without_spending_a_retry():
+@pytest.mark.parametrize("atomic", [False, True])
+def test_rate_limited__the_attempt_fails_rate_limited_without_spending_a_retry(atomic):
     refusals = []
 
-    @pw.step_function("rates.vendor_call", inline=False, limits=["rates.vendor"])
+    @pw.step_function("rates.vendor_call", inline=False, limits=["rates.vendor"], atomic=atomic)
     def vendor_call(data, ctx):
         if not refusals:
             refusals.append(ctx.attempt)

@@ -245,17 +245,23 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     except TimeLimitAlarm:
         error = StepTimedOut(step.step_key, step.timeout_ms or 0)
         return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
-    except RateLimited as exc:
-        refused = describe_error(exc, step_key=step.step_key, traceback=False)
-        return Outcome(False, {**refused, "retry_after_ms": exc.retry_after_ms})
     except Exception as exc:
-        return Outcome(False, describe_error(exc, step_key=step.step_key))
+        return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
     try:
         return Outcome(True, round_trip(value))
     except NotStorableJson as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
+
+
+def user_error(step: WorkflowStep, exc: Exception) -> dict[str, Any]:
+    """The error an attempt's exception records; an upstream's refusal (`pw.RateLimited`)
+    keeps its `retry_after` and no traceback."""
+    if isinstance(exc, RateLimited):
+        refused = describe_error(exc, step_key=step.step_key, traceback=False)
+        return {**refused, "retry_after_ms": exc.retry_after_ms}
+    return describe_error(exc, step_key=step.step_key)
 
 
 def timeout_enforceable() -> bool:
