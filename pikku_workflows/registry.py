@@ -301,12 +301,16 @@ def workflow(
     return register
 
 
-def define_limit(name: str, *, rate: str, burst: int = 0) -> Limit:
-    """Define the limit `name`: the starts of every workflow that names it in `limits=` are
-    spaced to `rate` ("10/s", "600/m", "5/h", "100/d"), with up to `burst` more at once after a
-    quiet spell. This is the default; a `WorkflowLimit` row (the admin, `PATCH limits/{name}/`)
-    overrides it at run time. InvalidInput for a bad rate or burst."""
-    limit = define(name, rate=rate, burst=burst)
+def define_limit(
+    name: str, *, rate: str | None = None, burst: int = 0, max_running: int | None = None
+) -> Limit:
+    """Define the limit `name`: the starts of every workflow, and the attempts of every step
+    function, that name it in `limits=` are spaced to `rate` ("10/s", "600/m", "5/h", "100/d"),
+    with up to `burst` more at once after a quiet spell; at most `max_running` of those step
+    attempts execute at once. The rate is the default; a `WorkflowLimit` row (the admin,
+    `PATCH limits/{name}/`) overrides it at run time. InvalidInput for a bad rate, burst or
+    max_running."""
+    limit = define(name, rate=rate, burst=burst, max_running=max_running)
     registry.limits[limit.name] = limit
     return limit
 

@@ -93,6 +93,9 @@ store, the tables:
 - `store.gather_transitions`: a gather's new queued steps dispatched in one statement
   (`gather_transitions.sql`), and each member's outcome judged against the others: the run is
   woken by the member that settles the gather last.
+- `store.limit_slots`: named limits' `max_running`: a leased slot per executing step attempt,
+  taken in its claim, freed when its code returns or its lease lapsed, handed to the oldest
+  waiting attempt in the transaction that frees it.
 - `store.leases`: run and step leases on the database clock, and the heartbeat that renews
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.

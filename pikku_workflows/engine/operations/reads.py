@@ -193,13 +193,13 @@ def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
-    if step.admission_hold and step.not_before:
-        # A limit or rate holds its next attempt: which one, and until when.
-        return {
-            "kind": WaitingKind.ADMISSION.value,
-            **step.admission_hold,
-            "until": step.not_before.isoformat(),
-        }
+    if step.admission_hold:
+        # A limit or rate holds its next attempt: which one, and until when (a rate's time; a
+        # slot of `max_running` comes when one is freed).
+        wait = {"kind": WaitingKind.ADMISSION.value, **step.admission_hold}
+        if step.admission_hold.get("reason") == AdmissionReason.RATE and step.not_before:
+            wait["until"] = step.not_before.isoformat()
+        return wait
     if step.status == StepStatus.WAITING and step.child_run_id:
         return {"kind": WaitingKind.CHILD.value, "child_run_id": str(step.child_run_id)}
     if step.status == StepStatus.WAITING and step.kind in (StepKind.APPROVAL, StepKind.SIGNAL):

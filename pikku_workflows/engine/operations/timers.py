@@ -22,13 +22,15 @@ from ...status import ApprovalStatus, StepKind, StepStatus
 from ..store.admission_transitions import admit_due
 from ..store.approval_rows import fire_approval_timer_txn, send_due_reminders
 from ..store.claims import lock_due_timers_txn
+from ..store.limit_slots import free_lapsed_slots
 from ..store.signal_rows import time_out_wait_txn
 from ..store.step_transitions import move_step_txn
 
 
 def fire_due_timers(limit: int | None = None) -> int:
-    """One tick of the timer loop; returns how many timers fired (reminders, and queued runs
-    admitted because the time a rate gave them came, included)."""
+    """One tick of the timer loop; returns how many timers fired (reminders, queued runs
+    admitted because the time a rate gave them came, and limits' slots freed because their
+    lease lapsed, included)."""
     batch = limit or pikku_settings.RECOVERY_BATCH
     due = claim_due_timers(batch)
     for step in due:
@@ -37,7 +39,7 @@ def fire_due_timers(limit: int | None = None) -> int:
         except WorkflowDispatchException as exc:
             # The row says what is due; recovery relays it once the queue is back.
             outages.failed(f"dispatching woken step {step.step_key!r}", exc)
-    return len(due) + send_due_reminders(batch) + admit_due(batch)
+    return len(due) + send_due_reminders(batch) + admit_due(batch) + free_lapsed_slots(batch)
 
 
 def claim_due_timers(limit: int) -> list[WorkflowStep]:

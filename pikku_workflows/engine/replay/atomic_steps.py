@@ -20,7 +20,14 @@ from ...models import WorkflowStep
 from ...observability.log_context import logging_for_attempt
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ..store.leases import heartbeat
-from .attempts import Outcome, record_success, time_limit, unstorable_error, user_error
+from .attempts import (
+    Outcome,
+    free_limit_slots,
+    record_success,
+    time_limit,
+    unstorable_error,
+    user_error,
+)
 
 
 class _Unstorable(Exception):
@@ -65,4 +72,5 @@ def call_atomically(
         return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
+        free_limit_slots(step)
     return Outcome(True, result, recorded)

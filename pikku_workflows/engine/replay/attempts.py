@@ -30,7 +30,7 @@ from ...exceptions import (
 )
 from ...models import WorkflowRun, WorkflowStep
 from ...observability.log_context import logging_for_attempt
-from ...registry import registry
+from ...registry import StepFunctionDefinition, registry
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import StepDispatch, StepStatus
@@ -38,6 +38,7 @@ from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_step_txn
 from ..store.gather_transitions import record_member_outcome
 from ..store.leases import heartbeat, request_rerun, step_lease_until
+from ..store.limit_slots import bounded_limits, release_slots, take_slots_txn, wait_for_slot_txn
 from ..store.rate_transitions import attempt_rate_keys, close_rate, hold_attempt_txn
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import (
@@ -172,8 +173,11 @@ def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
     starts = status in (StepStatus.PENDING, StepStatus.SCHEDULED) or (
         step.attempt < step.attempt_limit and status == StepStatus.FAILED and step.retry_due
     )
-    if starts and _held_by_rates_txn(step):
-        return Claim(step, held=True)
+    takes_over = lapsed and step.attempt < step.attempt_limit
+    if starts or takes_over:
+        refused = _admit_attempt_txn(step, takes_over=takes_over)
+        if refused is not None:
+            return refused
     fresh = {
         "lease_expires_at": step_lease_until(),
         "wake_at": None,
@@ -199,13 +203,30 @@ def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
     return Claim(step)
 
 
-def _held_by_rates_txn(step: Any) -> bool:
-    """Whether the attempt about to start must wait for a limit or rate of its step function:
-    until the time a rate already gave it, or the time the rates give it now. (A takeover of
-    a lapsed attempt is not asked: the rates were taken when that attempt started.)"""
+def _admit_attempt_txn(step: Any, *, takes_over: bool) -> Claim | None:
+    """Ask the limits and rates of the step's function for the attempt about to start: None,
+    it may start (holding a slot of each limit with `max_running`); else the claim's answer:
+    held until its rate's time or a freed slot (a takeover of a lapsed attempt asks no rate,
+    the rates were taken when that attempt started, and when a limit is full it is left for
+    recovery to take over again)."""
     definition = registry.step_functions.get(step.function_name or "")
     if definition is None or not definition.governed:
-        return False
+        return None
+    if not takes_over and _held_by_rates_txn(step, definition):
+        return Claim(step, held=True)
+    fresh = step.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+    full = take_slots_txn(step, bounded_limits(definition), step.attempt + (0 if fresh else 1))
+    if full is None:
+        return None
+    if takes_over:
+        return Claim(step)
+    wait_for_slot_txn(step, full)
+    return Claim(step, held=True)
+
+
+def _held_by_rates_txn(step: Any, definition: StepFunctionDefinition) -> bool:
+    """Whether the attempt about to start must wait for a rate of its step function: until the
+    time a rate already gave it, or the time the rates give it now."""
     if step.not_before is not None:
         if step.rate_wait <= timedelta(0):
             return False
@@ -249,10 +270,18 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
         return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
+        free_limit_slots(step)
     try:
         return Outcome(True, round_trip(value))
     except NotStorableJson as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
+
+
+def free_limit_slots(step: WorkflowStep) -> None:
+    """The attempt's code returned: it no longer counts against its limits' `max_running`."""
+    definition = registry.step_functions.get(step.function_name or "")
+    if definition is not None and definition.governed:
+        release_slots(step.pk, step.attempt)
 
 
 def user_error(step: WorkflowStep, exc: Exception) -> dict[str, Any]:

@@ -328,6 +328,8 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
     if claim.held:
         assert claim.step is not None
         rp.steps[call.key] = claim.step
+        if claim.step.wake_at is None:
+            raise RunParked(call.key)  # it waits for a slot: the one freed next dispatches it
         return claim.step  # it waits for its time (`_drive`): here, or parked on its timer
     if claim.step is None or not (claim.claimed or claim.expired):
         raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back

@@ -33,7 +33,8 @@ from ...models import (
 from ...querysets import DatabaseNow, StatementNow
 from ...schedules.choices import BackfillStatus
 from ...sql import Statements
-from ...status import ApprovalStatus, RunStatus
+from ...status import ApprovalStatus, RunStatus, StepStatus
+from ...waiting import AdmissionReason
 from .tables import engine_names
 
 # What a purged run's tombstone keeps of it.
@@ -131,6 +132,23 @@ def lock_due_timers_txn(limit: int) -> list[WorkflowStep]:
         .filter(run__status=RunStatus.RUNNING)
         .select_for_update(skip_locked=True, of=("self",))
         .order_by("wake_at")[:limit]
+    )
+
+
+def lock_steps_waiting_for_slot_txn(limit_name: str, count: int) -> list[WorkflowStep]:
+    """Inside the transaction that frees a slot of the limit (its count row held): up to `count`
+    steps of running runs whose next attempt waits for one, oldest step first, skipping rows
+    another transaction holds (a claim of that step: it takes a slot itself or waits again)."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowStep.objects.filter(
+            status__in=[StepStatus.PENDING, StepStatus.FAILED],
+            admission_hold__reason=AdmissionReason.CONCURRENCY.value,
+            admission_hold__limit=limit_name,
+            run__status=RunStatus.RUNNING,
+        )
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("created_at")[:count]
     )
 
 

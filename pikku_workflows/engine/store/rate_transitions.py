@@ -42,15 +42,16 @@ def start_time(workflow: str) -> datetime | None:
     already past means at once."""
     names = registry.get_workflow(workflow).limits
     limits = [registry.get_limit(name, workflow) for name in names]
-    times = [take_rate(limit).begins for limit in limits]
+    times = [take_rate(limit).begins for limit in limits if limit.rate is not None]
     return max(times) if times else None
 
 
 def attempt_rate_keys(definition: StepFunctionDefinition, data: Any) -> list[tuple[Limit, str]]:
     """The (limit, key) pairs an attempt of `definition` on `data` is spaced under: each named
-    limit (its one key) and the function's own rate (its key from the data). LimitNotFound for
+    limit with a rate (its one key) and the function's own rate (its key from the data). LimitNotFound for
     a limit nobody defined, InvalidInput for a key function that fails on `data`."""
-    keys = [(registry.get_limit(name, definition.name), "") for name in definition.limits]
+    limits = [registry.get_limit(name, definition.name) for name in definition.limits]
+    keys = [(limit, "") for limit in limits if limit.rate is not None]
     own = definition.rate
     if own is not None:
         limit = Limit(rate_rule(definition.name), own.rate, own.parsed)
@@ -115,6 +116,7 @@ def close_rate(limit: Limit, key: str, seconds: float) -> None:
 
 
 def _rate_params(limit: Limit, key: str) -> dict[str, Any]:
+    assert limit.rate is not None  # only limits with a rate are taken
     return {
         "limit_name": limit.name,
         "key": key,
