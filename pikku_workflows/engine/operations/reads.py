@@ -26,6 +26,7 @@ from ..replay.replay_pass import lease_lapsed
 from ..store.admission_transitions import holders_of
 from ..store.continue_transitions import successor_of
 from ..store.event_log import last_seq, read_events
+from ..store.rate_transitions import holding_limit
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -175,14 +176,19 @@ def waiting_on(
 
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
-    """Why a queued run waits: a rate (until `until`), or its concurrency key is full
-    (`held_by`: the runs holding its slots, oldest first)."""
+    """Why a queued run waits: a rate (until `until`; `limit`: the workflow's limit whose rate
+    holds starts furthest ahead), or its concurrency key is full (`held_by`: the runs holding its
+    slots, oldest first). `holders`: with those two, one query each."""
     # A run without a key waits on nothing but its rate, even just as its time comes.
     rated = run.concurrency_key is None or (
         run.not_before is not None and run.not_before > timezone.now()
     )
     reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
     wait: dict[str, Any] = {"kind": WaitingKind.ADMISSION.value, "reason": reason.value}
+    if holders and rated:
+        limit = holding_limit(run.workflow)
+        if limit is not None:
+            wait["limit"] = limit
     if run.concurrency_key is not None:
         wait["key"] = run.concurrency_key
     if holders and run.concurrency_key is not None:

@@ -46,6 +46,15 @@ def start_time(workflow: str) -> datetime | None:
     return max(times) if times else None
 
 
+def holding_limit(workflow: str) -> str | None:
+    """Of the limits with a rate `workflow` names, the one whose rate holds starts furthest
+    ahead now (what a queued run of it waits on); None when it names none."""
+    definition = registry.workflows.get(workflow)
+    names = [] if definition is None else list(definition.limits)
+    rows = WorkflowRate.objects.filter(limit_name__in=names, key="").order_by("-tat")
+    return rows.values_list("limit_name", flat=True).first()
+
+
 def attempt_rate_keys(definition: StepFunctionDefinition, data: Any) -> list[tuple[Limit, str]]:
     """The (limit, key) pairs an attempt of `definition` on `data` is spaced under: each named
     limit with a rate (its one key) and the function's own rate (its key from the data). LimitNotFound for
