@@ -59,6 +59,12 @@ def test_worker__killed_slot_holders_free_every_slot_within_one_lease_and_waiter
     ]
     wait_until(lambda: all_wait_for_a_slot(waiters), 60, "the surviving worker's claims to wait")
 
+    # Seconds after they were taken (a worker started meanwhile), the heartbeat still renews
+    # both slots' leases.
+    renewed = WorkflowSlot.objects.filter(rule=RULE, lease_expires_at__gt=database_now())
+    assert {str(run_id) for run_id in renewed.values_list("step__run_id", flat=True)} == set(
+        holders
+    )
     killed_at = database_now()
     doomed.kill_group()
     lapse = max(WorkflowSlot.objects.filter(rule=RULE).values_list("lease_expires_at", flat=True))

@@ -265,3 +265,21 @@ def test_step_rate__an_unknown_limit_or_a_failing_key_is_raised_in_the_body_writ
 
     assert load_run(run_id).output == ["LIMIT_NOT_FOUND", "INVALID_INPUT"]
     assert not load_run(run_id).steps.exists()
+
+
+def test_step_rate__a_map_s_members_past_the_rate_wait_each_for_its_time_then_finish():
+    _queued_step("rates.fetch", rate=pw.Rate(rate="60/h", burst=1))
+
+    @pw.workflow("rates.mapped")
+    def mapped(wf, input):
+        return wf.map("item", "rates.fetch", [1, 2, 3])
+
+    run_id = pw.start_workflow("rates.mapped", {})
+    drain_queue()
+
+    statuses = [load_step(run_id, f"item[{i}]").status for i in range(3)]
+    assert statuses == [StepStatus.SUCCEEDED, StepStatus.SUCCEEDED, StepStatus.PENDING]
+    shift_timers([run_id], timedelta(minutes=2))
+    fire_due_timers()
+    drain_queue()
+    assert load_run(run_id).output == [1, 2, 3]
