@@ -38,7 +38,13 @@ from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_step_txn
 from ..store.gather_transitions import record_member_outcome
 from ..store.leases import heartbeat, request_rerun, step_lease_until
-from ..store.limit_slots import bounded_limits, release_slots, take_slots_txn, wait_for_slot_txn
+from ..store.limit_slots import (
+    bounded_limits,
+    holds_slots,
+    release_slots,
+    take_slots_txn,
+    wait_for_slot_txn,
+)
 from ..store.rate_transitions import attempt_rate_keys, close_rate, hold_attempt_txn
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import (
@@ -280,7 +286,7 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
 def free_limit_slots(step: WorkflowStep) -> None:
     """The attempt's code returned: it no longer counts against its limits' `max_running`."""
     definition = registry.step_functions.get(step.function_name or "")
-    if definition is not None and definition.governed:
+    if definition is not None and holds_slots(definition):
         release_slots(step.pk, step.attempt)
 
 

@@ -42,6 +42,12 @@ def bounded_limits(definition: StepFunctionDefinition) -> list[Limit]:
     return [limit for limit in limits if limit.max_running is not None]
 
 
+def holds_slots(definition: StepFunctionDefinition) -> bool:
+    """Whether the step function's attempts take slots (it names a limit with `max_running`)."""
+    limits = (registry.limits.get(name) for name in definition.limits)
+    return any(limit is not None and limit.max_running is not None for limit in limits)
+
+
 def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Limit | None:
     """Inside the claim's transaction (the step row locked): a slot of each limit for the
     attempt `attempt` about to start, leased; a slot already handed to the step (a freed slot
