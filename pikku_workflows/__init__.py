@@ -26,6 +26,7 @@ from .exceptions import (
     InvalidTransition,
     LimitNotFound,
     NonDeterministicReplay,
+    RateLimited,
     RunCancelled,
     RunFailed,
     RunNotFound,
@@ -45,7 +46,7 @@ from .exceptions import (
     WorkflowError,
     WorkflowNotFound,
 )
-from .flow import Concurrency, Debounce
+from .flow import Concurrency, Debounce, Rate
 from .registry import (
     define_limit,
     graph_workflow,
@@ -115,6 +116,8 @@ __all__ = [
     "InvalidTransition",
     "LimitNotFound",
     "NonDeterministicReplay",
+    "Rate",
+    "RateLimited",
     "RunCancelled",
     "RunFailed",
     "RunNotFound",

@@ -4,6 +4,7 @@ The control-flow signals that stop a workflow body are not errors: they live in 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 
@@ -374,6 +375,23 @@ class LimitNotFound(WorkflowError):
         self.name = name
         named_by = f" (named by {owner!r})" if owner else ""
         super().__init__(f"No limit is defined under the name {name!r}{named_by}.")
+
+
+class RateLimited(Exception):
+    """Raised by step code when an upstream refuses for now (an HTTP 429): the attempt is
+    recorded failed with RATE_LIMITED without spending a retry, and the step's limit keys close
+    for every step behind them until `retry_after` has passed. Not a WorkflowError: the engine
+    never raises it."""
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, retry_after: int | str | timedelta | None = None, message: str = "") -> None:
+        from .durations import parse_duration  # durations imports this module
+
+        self.retry_after_ms = (
+            None if retry_after is None else parse_duration(retry_after, what="retry_after")
+        )
+        super().__init__(message or "Rate limited by an upstream service.")
 
 
 class ConcurrencySkipped(WorkflowError):

@@ -278,9 +278,15 @@ class WorkflowStepQuerySet(models.QuerySet):
         return self.filter(status=StepStatus.WAITING, kind=StepKind.SIGNAL)
 
     def due(self) -> WorkflowStepQuerySet:
-        """Timers that have come: sleeps (scheduled) and retry backoffs (failed)."""
+        """Timers that have come: sleeps (scheduled), retry backoffs (failed), waits' deadlines
+        and steps a rate held (pending until its time)."""
         return self.filter(
-            status__in=[StepStatus.SCHEDULED, StepStatus.FAILED, StepStatus.WAITING],
+            status__in=[
+                StepStatus.PENDING,
+                StepStatus.SCHEDULED,
+                StepStatus.FAILED,
+                StepStatus.WAITING,
+            ],
             wake_at__lte=DatabaseNow(),
         )
 

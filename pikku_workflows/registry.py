@@ -20,6 +20,7 @@ from .durations import parse_duration
 from .exceptions import InvalidInput, LimitNotFound, StepFunctionNotFound, WorkflowNotFound
 from .flow import Concurrency, Debounce, Limit, Priority, checked_limit_names, checked_priority
 from .flow.limits import define
+from .flow.step_rates import Rate
 from .graph.definition import GraphDefinition, parse_definition, read_definition_file
 from .graph.validation import function_problems, raise_problems
 from .retention import parse_retention
@@ -67,6 +68,14 @@ class StepFunctionDefinition:
     atomic: bool = False
     # The step function that undoes a succeeded step of this one.
     compensate: str | None = None
+    # Named limits and its own rate, which space (and hold) its attempts.
+    limits: tuple[str, ...] = ()
+    rate: Rate | None = None
+
+    @property
+    def governed(self) -> bool:
+        """Whether its attempts are admitted under limits or a rate (docs/flow-control.md)."""
+        return bool(self.limits) or self.rate is not None
 
 
 @dataclass(frozen=True)
@@ -311,12 +320,16 @@ def workflow(
     return register
 
 
-def define_limit(name: str, *, rate: str, burst: int = 0) -> Limit:
-    """Define the limit `name`: the starts of every workflow that names it in `limits=` are
-    spaced to `rate` ("10/s", "600/m", "5/h", "100/d"), with up to `burst` more at once after a
-    quiet spell. This is the default; a `WorkflowLimit` row (the admin, `PATCH limits/{name}/`)
-    overrides it at run time. InvalidInput for a bad rate or burst."""
-    limit = define(name, rate=rate, burst=burst)
+def define_limit(
+    name: str, *, rate: str | None = None, burst: int = 0, max_running: int | None = None
+) -> Limit:
+    """Define the limit `name`: the starts of every workflow, and the attempts of every step
+    function, that name it in `limits=` are spaced to `rate` ("10/s", "600/m", "5/h", "100/d"),
+    with up to `burst` more at once after a quiet spell; at most `max_running` of those step
+    attempts execute at once. The rate is the default; a `WorkflowLimit` row (the admin,
+    `PATCH limits/{name}/`) overrides it at run time. InvalidInput for a bad rate, burst or
+    max_running."""
+    limit = define(name, rate=rate, burst=burst, max_running=max_running)
     registry.limits[limit.name] = limit
     return limit
 
@@ -364,6 +377,8 @@ def step_function(
     timeout: int | str | None = None,
     atomic: bool = False,
     compensate: str | None = None,
+    limits: Iterable[str] = (),
+    rate: Rate | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `func(data, ctx)` as the step function `name`.
 
@@ -383,7 +398,15 @@ def step_function(
     `compensate` names the step function that undoes a succeeded step of this one when its run
     fails or is cancelled with `compensate=True`; it must be registered already
     (ImproperlyConfigured otherwise).
+
+    `limits=["openai"]` names limits (`pw.define_limit`) whose rates space the attempts of every
+    step and run naming them; `rate=pw.Rate(key=..., rate="2/s", burst=1)` spaces this
+    function's own attempts per key. An attempt over either waits, its step pending, until the
+    exact time it may start (docs/flow-control.md, "Step limits").
     """
+    limit_names = checked_limit_names(limits, f"Step function {name!r}")
+    if rate is not None and not isinstance(rate, Rate):
+        raise InvalidInput(f"Step function {name!r}: rate= takes a pw.Rate, not {rate!r:.60}.")
     timeout_ms = parse_timeout(timeout) if timeout is not None else None
     if not isinstance(atomic, bool):
         raise InvalidInput(f"Step function {name!r}: atomic must be True or False.")
@@ -400,7 +423,9 @@ def step_function(
         if atomic and is_async:
             raise InvalidInput(f"Step function {name!r}: {ASYNC_NOT_ATOMIC}")
         registry.add_step_function(
-            StepFunctionDefinition(name, func, inline, queue, timeout_ms, atomic, compensate)
+            StepFunctionDefinition(
+                name, func, inline, queue, timeout_ms, atomic, compensate, limit_names, rate
+            )
         )
         return func
 

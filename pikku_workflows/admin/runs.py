@@ -75,6 +75,8 @@ WAITING_STEP_FIELDS = (
     "child_run_id",
     "lease_expires_at",
     "wake_at",
+    "not_before",
+    "admission_hold",
     "created_at",
     "updated_at",
 )

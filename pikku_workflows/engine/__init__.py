@@ -103,10 +103,16 @@ store, the tables:
 - `store.gather_transitions`: a gather's new queued steps dispatched in one statement
   (`gather_transitions.sql`), and each member's outcome judged against the others: the run is
   woken by the member that settles the gather last.
+- `store.limit_slots`: named limits' `max_running`: a leased slot per executing step attempt,
+  taken in its claim, freed when its code returns or its lease lapsed, handed to the oldest
+  waiting attempt in the transaction that frees it.
 - `store.leases`: run and step leases on the database clock, and the heartbeat that renews
   them.
 - `store.approval_transitions`: an approval's status changes, settled once under its guard.
 - `store.run_transitions`: a run's status changes, guarded by its status and lease holder.
+- `store.rate_transitions`: rates of named limits and step functions: GCRA per (limit, key) in
+  one statement on the database clock (`rate_transitions.sql`), saying when a start or a step
+  attempt may begin; attempts held until then; keys closed by `pw.RateLimited`.
 - `store.step_transitions`: every status change of a step, with its history row
   (`step_transitions.sql` on PostgreSQL).
 - `store.purge_rows`: a purge's writes: every row naming a purged run through a foreign key
@@ -123,8 +129,6 @@ store, the tables:
 - `store.admission_transitions`: admission under a concurrency rule: slots taken and freed
   under their key's lock, and the queued runs admitted in the transaction that frees a slot
   (`admission_transitions.sql`); the timer loop admits queued runs whose rate's time came.
-- `store.rate_transitions`: named limits' rates: GCRA per (limit, key) in one statement on the
-  database clock (`rate_transitions.sql`), saying when a start may begin.
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.event_log`: the timeline's event log, read in seq order (its rows are written by
   database triggers; the seq is assigned at commit, under the run's event lock).

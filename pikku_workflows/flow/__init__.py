@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .debounce import Debounce, run_debounce_key
 from .limits import Limit, checked_limit_names
-from .rates import Rate, parse_rate, schedule_start
+from .rates import ParsedRate, parse_rate, schedule_start
 from .rules import (
     Concurrency,
     OnFull,
@@ -16,19 +16,23 @@ from .rules import (
     run_concurrency_key,
     run_priority,
 )
+from .step_rates import Rate, rate_rule, step_rate_key
 
 __all__ = [
     "Concurrency",
     "Debounce",
     "Limit",
     "OnFull",
+    "ParsedRate",
     "Priority",
     "Rate",
     "checked_limit_names",
     "checked_priority",
     "parse_rate",
+    "rate_rule",
     "run_concurrency_key",
     "run_debounce_key",
     "run_priority",
     "schedule_start",
+    "step_rate_key",
 ]

@@ -18,7 +18,7 @@ MAX_BURST = 1_000_000
 
 
 @dataclass(frozen=True)
-class Rate:
+class ParsedRate:
     """`count` starts per `period_ms`, with up to `burst` more at once after a quiet spell."""
 
     count: int
@@ -36,8 +36,8 @@ class Rate:
         return self.burst * self.emission_ms
 
 
-def parse_rate(rate: object, *, burst: object = 0, what: str = "rate") -> Rate:
-    """A `Rate` from "N/s|m|h|d" and a burst (a whole number ≥ 0); InvalidInput naming `what`
+def parse_rate(rate: object, *, burst: object = 0, what: str = "rate") -> ParsedRate:
+    """A `ParsedRate` from "N/s|m|h|d" and a burst (a whole number ≥ 0); InvalidInput naming `what`
     and the problem otherwise."""
     match = _RATE.match(rate) if isinstance(rate, str) else None
     if match is None or int(match.group(1)) < 1:
@@ -49,10 +49,10 @@ def parse_rate(rate: object, *, burst: object = 0, what: str = "rate") -> Rate:
         raise InvalidInput(
             f"The burst of the {what} must be a whole number from 0 to {MAX_BURST}, not {burst!r}."
         )
-    return Rate(int(match.group(1)), _PERIOD_MS[match.group(2)], burst)
+    return ParsedRate(int(match.group(1)), _PERIOD_MS[match.group(2)], burst)
 
 
-def schedule_start(rate: Rate, tat_ms: float | None, now_ms: float) -> tuple[float, float]:
+def schedule_start(rate: ParsedRate, tat_ms: float | None, now_ms: float) -> tuple[float, float]:
     """GCRA for one start at `now_ms` given the theoretical arrival time `tat_ms` the previous
     start left (None: no start yet): returns (when it may begin, the new theoretical arrival
     time). Every start is accepted and given its time; none is refused."""

@@ -248,6 +248,11 @@ class WorkflowStep(models.Model):
     gather_key = models.CharField(max_length=KEY_MAX_LENGTH, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     wake_at = models.DateTimeField(null=True, blank=True)
+    # The time a limit or rate gave the step's next attempt (database clock): once it has come,
+    # the claim starts that attempt without asking the rates again. `admission_hold` says
+    # which limit and key gave it ({"reason", "limit", "key"}), for `waiting_on`.
+    not_before = models.DateTimeField(null=True, blank=True)
+    admission_hold = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -173,7 +173,8 @@ def _workers_seen() -> Samples:
 
 def _slots_in_use() -> Samples:
     """Per workflow, not per key: a key can name a customer or a tenant."""
-    rows = WorkflowSlot.objects.order_by().values_list("run__workflow").annotate(n=Count("*"))
+    run_slots = WorkflowSlot.objects.filter(step__isnull=True)  # limits' slots are steps'
+    rows = run_slots.order_by().values_list("run__workflow").annotate(n=Count("*"))
     return [((workflow,), float(n)) for workflow, n in rows]
 
 

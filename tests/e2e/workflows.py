@@ -279,3 +279,20 @@ def cart_chain(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
         wf.reply(message, {"position": len(items)})
         notes = [*notes, wf.wait_for_signal("note", "note")]
     return {"items": items, "notes": notes}
+
+
+pw.define_limit("e2e.vendor", max_running=2)
+
+
+@pw.step_function("e2e.limited", inline=False, limits=["e2e.vendor"])
+def limited(data: dict[str, Any], ctx: pw.StepContext) -> dict[str, Any]:
+    """A step under `max_running=2`: logs each attempt, works `seconds` on its first."""
+    record_attempt(data["log"], ctx)
+    if ctx.attempt == 1:
+        time.sleep(data["seconds"])
+    return {"attempt": ctx.attempt}
+
+
+@pw.workflow("e2e.limited_call")
+def limited_call(wf: pw.Workflow, input: dict[str, Any]) -> dict[str, Any]:
+    return wf.do("call", "e2e.limited", input, retries=3, retry_delay="100ms")

@@ -47,6 +47,7 @@ def test_rate__starts_past_the_burst_wait_queued_until_their_exact_gcra_time():
     assert summary["waiting_on"] == {
         "kind": "admission",
         "reason": "rate",
+        "limit": "rates.llm",
         "until": rows[2].not_before.isoformat(),
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.flow.rates import Rate, parse_rate, schedule_start
+from pikku_workflows.flow.rates import ParsedRate, parse_rate, schedule_start
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_parse_rate__a_burst_that_is_not_a_whole_number_from_0_is_invalid_input(
 
 
 def test_schedule_start__a_burst_begins_at_once_then_starts_follow_the_steady_spacing():
-    rate = Rate(10, 1_000, burst=5)
+    rate = ParsedRate(10, 1_000, burst=5)
     tat, begins = None, []
     for _ in range(10):
         begun, tat = schedule_start(rate, tat, now_ms=0)
@@ -45,7 +45,7 @@ def test_schedule_start__a_burst_begins_at_once_then_starts_follow_the_steady_sp
 
 
 def test_schedule_start__over_any_window_of_the_period_at_most_count_plus_burst_begin():
-    rate = Rate(10, 1_000, burst=5)
+    rate = ParsedRate(10, 1_000, burst=5)
     tat, begins = None, []
     for arrival in range(0, 3_000, 20):  # a start every 20 ms, five times the rate
         begun, tat = schedule_start(rate, tat, now_ms=arrival)
@@ -56,7 +56,7 @@ def test_schedule_start__over_any_window_of_the_period_at_most_count_plus_burst_
 
 
 def test_schedule_start__a_quiet_spell_restores_the_burst():
-    rate = Rate(10, 1_000, burst=2)
+    rate = ParsedRate(10, 1_000, burst=2)
     _, tat = schedule_start(rate, None, now_ms=0)
 
     begun, _ = schedule_start(rate, tat, now_ms=10_000)

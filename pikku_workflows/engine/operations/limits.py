@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ...exceptions import LimitNotFound
-from ...flow import parse_rate
+from ...flow import Limit, parse_rate
 from ...models import WorkflowLimit, WorkflowRate, WorkflowRun
 from ...querysets import DatabaseNow
 from ...registry import registry
@@ -38,8 +38,8 @@ def mirror_code_limits() -> None:
             WorkflowLimit.objects.update_or_create(
                 name=limit.name,
                 defaults={
-                    "rate": limit.rate_text,
-                    "burst": limit.rate.burst,
+                    "rate": limit.rate_text or "",
+                    "burst": limit.rate.burst if limit.rate else 0,
                     "managed_by": WorkflowLimit.ManagedBy.CODE,
                 },
             )
@@ -53,8 +53,8 @@ def get_limit(name: str) -> dict[str, Any]:
     defined = registry.limits.get(name)
     if row is None and defined is None:
         raise LimitNotFound(name)
-    code = {"rate": defined.rate_text, "burst": defined.rate.burst} if defined else None
-    rate, burst = (row.rate, row.burst) if row else (defined.rate_text, defined.rate.burst)  # type: ignore[union-attr]
+    code = _code_rate(defined)
+    rate, burst = (row.rate, row.burst) if row else (code["rate"], code["burst"])  # type: ignore[index]
     return {
         "name": name,
         "rate": rate,
@@ -91,9 +91,17 @@ def update_limit(
     return get_limit(name)
 
 
-def _usage(name: str, rate: str, burst: int) -> dict[str, Any]:
+def _code_rate(defined: Limit | None) -> dict[str, Any] | None:
+    if defined is None:
+        return None
+    return {"rate": defined.rate_text, "burst": defined.rate.burst if defined.rate else 0}
+
+
+def _usage(name: str, rate: str | None, burst: int) -> dict[str, Any]:
     """Runs of the workflows naming the limit that a rate holds queued now, and when the next
     start may begin (None: at once)."""
+    if rate is None:
+        return {"queued": 0, "next_start_at": None}  # a max_running without a rate
     workflows = [d.name for d in registry.workflows.values() if name in d.limits]
     queued = WorkflowRun.objects.filter(
         Q(not_before__gt=DatabaseNow()), workflow__in=workflows, status=RunStatus.QUEUED

@@ -28,6 +28,7 @@ from ..store.admission_transitions import holders_of
 from ..store.continue_transitions import successor_of
 from ..store.event_log import last_seq, read_events
 from ..store.overlap_transitions import active_runs
+from ..store.rate_transitions import holding_limit
 
 
 def run_pk(run_id: Any) -> uuid.UUID:
@@ -203,8 +204,9 @@ def waiting_on(
 
 def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
     """Why a queued run waits: its debounce window (`key`: the window's, until `until`), a rate
-    (until `until`), its concurrency key is full (`held_by`: the runs holding its slots, oldest
-    first), or its schedule's run before is going."""
+    (until `until`; `limit`: the workflow's limit whose rate holds starts furthest ahead), its
+    concurrency key is full (`held_by`: the runs holding its slots, oldest first), or its
+    schedule's run before is going. `holders`: with the limit and the holders, a query each."""
     if run.schedule_id is not None and run.concurrency_key is None and run.not_before is None:
         return _overlap_wait(run.schedule_id, holders=holders)
     held = run.not_before is not None and run.not_before > timezone.now()
@@ -215,6 +217,9 @@ def admission_wait(run: WorkflowRun, *, holders: bool = True) -> dict[str, Any]:
         rated = held or run.concurrency_key is None
         reason = AdmissionReason.RATE if rated else AdmissionReason.CONCURRENCY
         wait = _admission(reason, run.concurrency_key)
+        limit = holding_limit(run.workflow) if holders and rated else None
+        if limit is not None:
+            wait["limit"] = limit
         if holders and run.concurrency_key is not None:
             wait["held_by"] = holders_of(run.workflow, run.concurrency_key)
     if run.not_before is not None:
@@ -239,6 +244,13 @@ def _overlap_wait(schedule_id: Any, *, holders: bool) -> dict[str, Any]:
 
 
 def _step_wait(step: WorkflowStep) -> dict[str, Any] | None:
+    if step.admission_hold:
+        # A limit or rate holds its next attempt: which one, and until when (a rate's time; a
+        # slot of `max_running` comes when one is freed).
+        wait = {"kind": WaitingKind.ADMISSION.value, **step.admission_hold}
+        if step.admission_hold.get("reason") == AdmissionReason.RATE and step.not_before:
+            wait["until"] = step.not_before.isoformat()
+        return wait
     if step.status == StepStatus.WAITING and step.child_run_id:
         return {"kind": WaitingKind.CHILD.value, "child_run_id": str(step.child_run_id)}
     if step.status == StepStatus.WAITING and step.kind in (StepKind.APPROVAL, StepKind.SIGNAL):

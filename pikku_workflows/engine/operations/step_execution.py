@@ -74,7 +74,10 @@ def _abandoned_quietly(what: str) -> Iterator[None]:
 
 
 def _execute(run_id: Any, step_key: str) -> None:
-    step = claim_queued_step(run_id, step_key, registry.step_functions)
+    # The one-statement claim takes functions no limit or rate governs; the general claim
+    # asks those (`claim_next_attempt`).
+    ungoverned = [name for name, d in registry.step_functions.items() if not d.governed]
+    step = claim_queued_step(run_id, step_key, ungoverned)
     started_by = getattr(step, "started_by_name", None)
     if step is None:
         step, started_by = _claim_with_checks(run_id, step_key)

@@ -14,9 +14,15 @@ from typing import Any
 from ...models import WorkflowStep
 from ...observability.log_context import logging_for_attempt
 from ...retry import RetryPolicy
-from ...serialization import describe_error
 from ..store.leases import heartbeat
-from .attempts import Outcome, finish_in_pass, stored_outcome, timed_out
+from .attempts import (
+    Outcome,
+    finish_in_pass,
+    free_limit_slots,
+    stored_outcome,
+    timed_out,
+    user_error,
+)
 from .event_loop import OwnedEventLoop
 from .replay_pass import ReplayPass
 
@@ -39,13 +45,21 @@ def call_async_user_code(
     loop: OwnedEventLoop, step: WorkflowStep, func: Callable[..., Any], args: tuple[Any, ...]
 ) -> Outcome:
     """`call_user_code` for an async step function: awaited on `loop`, outside any transaction."""
-    return loop.run(_attempt(step, func, args))
+    try:
+        return loop.run(_attempt(step, func, args))
+    finally:
+        # Out of the loop: the database is not for its coroutines' thread while it runs.
+        free_limit_slots(step)
 
 
 def run_together_in_pass(rp: ReplayPass, attempts: list[AsyncAttempt]) -> None:
     """Run the attempts concurrently on the pass's loop, then record each outcome in the order
     they were reached (fenced by attempt: a pass that lost the run records nothing more)."""
-    outcomes = rp.event_loop.run(_together(attempts))
+    try:
+        outcomes = rp.event_loop.run(_together(attempts))
+    finally:
+        for attempt in attempts:
+            free_limit_slots(attempt.step)
     for attempt, outcome in zip(attempts, outcomes, strict=True):
         finish_in_pass(rp, attempt.step, outcome, attempt.policy)
 
@@ -65,10 +79,10 @@ async def _attempt(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     except TimeoutError as exc:
         if limit.expired():
             return timed_out(step)
-        return Outcome(False, describe_error(exc, step_key=step.step_key))
+        return Outcome(False, user_error(step, exc))
     # A CancelledError the step raised itself (not our timeout's) is its failure, as any error.
     except (Exception, asyncio.CancelledError) as exc:
-        return Outcome(False, describe_error(exc, step_key=step.step_key))
+        return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
     return stored_outcome(step, value)

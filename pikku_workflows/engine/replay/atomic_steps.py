@@ -18,9 +18,17 @@ from ...control_flow import TimeLimitAlarm
 from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowStep
 from ...observability.log_context import logging_for_attempt
-from ...serialization import NotStorableJson, describe_error, round_trip
+from ...serialization import NotStorableJson, round_trip
 from ..store.leases import heartbeat
-from .attempts import Outcome, record_success, time_limit, timed_out, unstorable_error
+from .attempts import (
+    Outcome,
+    free_limit_slots,
+    record_success,
+    time_limit,
+    timed_out,
+    unstorable_error,
+    user_error,
+)
 
 
 class _Unstorable(Exception):
@@ -61,7 +69,8 @@ def call_atomically(
     except _Unstorable as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
     except Exception as exc:
-        return Outcome(False, describe_error(exc, step_key=step.step_key))
+        return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
+        free_limit_slots(step)
     return Outcome(True, result, recorded)

@@ -22,6 +22,7 @@ from ... import events
 from ...control_flow import RunInterrupted, TimeLimitAlarm
 from ...exceptions import (
     InvalidInput,
+    RateLimited,
     StepLeaseExpired,
     StepResultNotSerializable,
     StepSuperseded,
@@ -29,6 +30,7 @@ from ...exceptions import (
 )
 from ...models import WorkflowRun, WorkflowStep
 from ...observability.log_context import logging_for_attempt
+from ...registry import StepFunctionDefinition, registry
 from ...retry import RetryPolicy
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import StepDispatch, StepStatus
@@ -36,6 +38,14 @@ from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_step_txn
 from ..store.gather_transitions import record_member_outcome
 from ..store.leases import heartbeat, request_rerun, step_lease_until
+from ..store.limit_slots import (
+    bounded_limits,
+    holds_slots,
+    release_slots,
+    take_slots_txn,
+    wait_for_slot_txn,
+)
+from ..store.rate_transitions import attempt_rate_keys, close_rate, hold_attempt_txn
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import (
     UnrecordedSuccess,
@@ -130,11 +140,14 @@ class Outcome:
 class Claim:
     """What a claim of a step's next attempt did. `step`: the step as the claim left it (None:
     no such step of a running run, or not of a run this pass drives). `claimed`: it now runs
-    under our attempt. `expired`: its last attempt's lease had lapsed; the claim failed it."""
+    under our attempt. `expired`: its last attempt's lease had lapsed; the claim failed it.
+    `held`: a limit or rate holds the attempt it would have started."""
 
     step: WorkflowStep | None
     claimed: bool = False
     expired: bool = False
+    # A limit or rate holds the attempt: the step waits, pending or failed, until its `wake_at`.
+    held: bool = False
 
 
 # --- claiming ------------------------------------------------------------------------------
@@ -163,7 +176,21 @@ def claim_next_attempt(
 def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
     status = step.status
     lapsed = status == StepStatus.RUNNING and step.lease_lapsed
-    fresh = {"lease_expires_at": step_lease_until(), "wake_at": None, "dispatch": dispatch}
+    starts = status in (StepStatus.PENDING, StepStatus.SCHEDULED) or (
+        step.attempt < step.attempt_limit and status == StepStatus.FAILED and step.retry_due
+    )
+    takes_over = lapsed and step.attempt < step.attempt_limit
+    if starts or takes_over:
+        refused = _admit_attempt_txn(step, takes_over=takes_over)
+        if refused is not None:
+            return refused
+    fresh = {
+        "lease_expires_at": step_lease_until(),
+        "wake_at": None,
+        "dispatch": dispatch,
+        "not_before": None,
+        "admission_hold": None,
+    }
     if status in (StepStatus.PENDING, StepStatus.SCHEDULED):
         move_step_txn(step, StepStatus.RUNNING, expected=[status], **fresh)
         return Claim(step, claimed=True)
@@ -180,6 +207,41 @@ def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
             events.announce_takeover(step.run_id, step.step_key, step.attempt, lapsed_on)
         return Claim(step, claimed=True)
     return Claim(step)
+
+
+def _admit_attempt_txn(step: Any, *, takes_over: bool) -> Claim | None:
+    """Ask the limits and rates of the step's function for the attempt about to start: None,
+    it may start (holding a slot of each limit with `max_running`); else the claim's answer:
+    held until its rate's time or a freed slot (a takeover of a lapsed attempt asks no rate,
+    the rates were taken when that attempt started, and when a limit is full it is left for
+    recovery to take over again)."""
+    definition = registry.step_functions.get(step.function_name or "")
+    if definition is None or not definition.governed:
+        return None
+    if not takes_over and _held_by_rates_txn(step, definition):
+        return Claim(step, held=True)
+    fresh = step.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+    full = take_slots_txn(step, bounded_limits(definition), step.attempt + (0 if fresh else 1))
+    if full is None:
+        return None
+    if takes_over:
+        return Claim(step)
+    wait_for_slot_txn(step, full)
+    return Claim(step, held=True)
+
+
+def _held_by_rates_txn(step: Any, definition: StepFunctionDefinition) -> bool:
+    """Whether the attempt about to start must wait for a rate of its step function: until the
+    time a rate already gave it, or the time the rates give it now."""
+    if step.not_before is not None:
+        if step.rate_wait <= timedelta(0):
+            return False
+        observe_timer(step, step.rate_wait)
+        return True
+    held = hold_attempt_txn(step, attempt_rate_keys(definition, step.data))
+    if held is not None:
+        observe_timer(step, timedelta(seconds=held.seconds_ahead))
+    return held is not None
 
 
 def _fail_lease_expired_txn(step: WorkflowStep) -> None:
@@ -210,9 +272,10 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
     except TimeLimitAlarm:
         return timed_out(step)
     except Exception as exc:
-        return Outcome(False, describe_error(exc, step_key=step.step_key))
+        return Outcome(False, user_error(step, exc))
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
+        free_limit_slots(step)
     return stored_outcome(step, value)
 
 
@@ -228,6 +291,22 @@ def timed_out(step: WorkflowStep) -> Outcome:
     """The attempt stopped at the step's timeout: failed with TIMEOUT (no traceback)."""
     error = StepTimedOut(step.step_key, step.timeout_ms or 0)
     return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
+
+
+def free_limit_slots(step: WorkflowStep) -> None:
+    """The attempt's code returned: it no longer counts against its limits' `max_running`."""
+    definition = registry.step_functions.get(step.function_name or "")
+    if definition is not None and holds_slots(definition):
+        release_slots(step.pk, step.attempt)
+
+
+def user_error(step: WorkflowStep, exc: BaseException) -> dict[str, Any]:
+    """The error an attempt's exception records; an upstream's refusal (`pw.RateLimited`)
+    keeps its `retry_after` and no traceback."""
+    if isinstance(exc, RateLimited):
+        refused = describe_error(exc, step_key=step.step_key, traceback=False)
+        return {**refused, "retry_after_ms": exc.retry_after_ms}
+    return describe_error(exc, step_key=step.step_key)
 
 
 def timeout_enforceable() -> bool:
@@ -373,6 +452,8 @@ def run_still_ours() -> Iterator[None]:
 def _record_failure(
     step: WorkflowStep, error: dict[str, Any], policy: RetryPolicy, continue_as: str | None
 ) -> Recorded:
+    if error.get("code") == RateLimited.code:
+        return _record_rate_limited(step, error, policy)
     limit = step.attempt if error.get("code") == StepResultNotSerializable.code else None
     exhausted = step.attempt >= (limit or step.attempt_limit)
     wake_in_ms = None if exhausted else policy.backoff_ms(step.attempt)
@@ -386,6 +467,32 @@ def _record_failure(
     )
     if wake_in_ms is not None:
         observe_timer(step, timedelta(milliseconds=wake_in_ms))
+    return recorded
+
+
+def _record_rate_limited(
+    step: WorkflowStep, error: dict[str, Any], policy: RetryPolicy
+) -> Recorded:
+    """An upstream refused for now (`pw.RateLimited`): the attempt is recorded failed without
+    spending a retry (its step gains one attempt), and, in the same transaction, the step's
+    limit keys close for everyone until `retry_after` has passed (without one, the attempt
+    waits out its backoff and the rates space the next)."""
+    retry_after_ms = error.get("retry_after_ms")
+    wake_in_ms = policy.backoff_ms(step.attempt) if retry_after_ms is None else retry_after_ms
+    definition = registry.step_functions.get(step.function_name or "")
+    with transaction.atomic():
+        if definition is not None and retry_after_ms is not None:
+            for limit, key in attempt_rate_keys(definition, step.data):
+                close_rate(limit, key, retry_after_ms / 1000)
+        recorded = _record(
+            step,
+            StepStatus.FAILED,
+            None,
+            error=error,
+            attempt_limit=step.attempt_limit + 1,
+            wake_in_ms=wake_in_ms,
+        )
+    observe_timer(step, timedelta(milliseconds=wake_in_ms))
     return recorded
 
 

@@ -38,6 +38,7 @@ from ...serialization import NotStorableJson, round_trip
 from ...status import StepDispatch, StepKind, StepStatus
 from ...step_keys import SUSPEND_PREFIX, handler_key, suspend_step_key
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
+from ..store.rate_transitions import attempt_rate_keys
 from ..store.step_transitions import move_step, note_attempt_end, retarget_unstarted_step
 from . import children, queued
 from .async_attempts import AsyncAttempt, call_async_user_code, is_async
@@ -183,6 +184,10 @@ def prepare_call(key: str, target: Any, data: Any, options: StepOptions) -> Step
         raise InvalidInput(f"Step {key!r}: data is not storable JSON: {exc}") from exc
     if timeout_ms is None and definition is not None:
         timeout_ms = definition.timeout_ms
+    if definition is not None and definition.governed:
+        # An unknown limit or a key function failing on the data is raised here, before the
+        # step is written (the claim of each attempt asks the same keys again).
+        attempt_rate_keys(definition, data)
     atomic = _atomic(key, kind, definition, options.atomic)
     return StepCall(
         key, None, kind, name, data, policy, options.on_error, timeout_ms, func, definition, atomic
@@ -280,12 +285,11 @@ def _drive(rp: ReplayPass, call: StepCall, step: WorkflowStep | None) -> Any:
             _run_on_error(rp, call, step)
             rp.consume(step)
             raise StepFailed(call.key, step.error or {})
-        elif step.status == StepStatus.FAILED:
+        elif step.status in (StepStatus.FAILED, StepStatus.PENDING):
+            # A retry's backoff, or the time a limit or rate gave a pending step, comes first.
             _wait_until_due(rp, step)
             step = _next_attempt(rp, call, step)
-        elif (
-            step.status == StepStatus.RUNNING and lease_lapsed(step)
-        ) or step.status == StepStatus.PENDING:
+        elif step.status == StepStatus.RUNNING and lease_lapsed(step):
             step = _next_attempt(rp, call, step)
         elif step.status == StepStatus.WAITING and call.kind == StepKind.CHILD:
             step = children.settle_waiting_step(rp, step, call.policy)
@@ -304,6 +308,9 @@ def _first_attempt(rp: ReplayPass, call: StepCall) -> WorkflowStep:
             rp.batch.append(call)
             raise RunParked(call.key)
         queued.dispatch_new_step(rp, call.key, call.definition, step_row_fields(call))
+    if call.definition is not None and call.definition.governed:
+        # Its limits and rate are asked by the claim of its attempt, as for every attempt.
+        return _next_attempt(rp, call, _create_step(rp, call, StepStatus.PENDING))
     return run_in_pass(rp, call, placement)
 
 
@@ -330,6 +337,12 @@ def _next_attempt(rp: ReplayPass, call: StepCall, step: WorkflowStep) -> Workflo
         assert call.definition is not None  # only a queued step function is placed there
         queued.dispatch_step(rp, step, call.definition)
     claim = claim_next_attempt(rp.run.pk, call.key, lease_holder=rp.holder, dispatch=placement)
+    if claim.held:
+        assert claim.step is not None
+        rp.steps[call.key] = claim.step
+        if claim.step.wake_at is None:
+            raise RunParked(call.key)  # it waits for a slot: the one freed next dispatches it
+        return claim.step  # it waits for its time (`_drive`): here, or parked on its timer
     if claim.step is None or not (claim.claimed or claim.expired):
         raise RunParked(call.key)  # not claimable now: its timer or recovery brings a pass back
     rp.steps[call.key] = claim.step

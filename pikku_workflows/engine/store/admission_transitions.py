@@ -93,7 +93,8 @@ def holders_of(workflow: str, key: str) -> list[str]:
 
 def held_slots(run_id: Any) -> list[tuple[str, str]]:
     """The (rule, key) of every slot the run holds."""
-    return list(WorkflowSlot.objects.filter(run_id=run_id).values_list("rule", "key"))
+    slots = WorkflowSlot.objects.filter(run_id=run_id, step__isnull=True)
+    return list(slots.values_list("rule", "key"))
 
 
 def lock_keys_txn(slots: list[tuple[str, str]]) -> None:
@@ -110,7 +111,7 @@ def release_slots_txn(run_id: Any, slots: list[tuple[str, str]]) -> list[str]:
         with connection.cursor() as cursor:
             cursor.execute(STATEMENTS["release_slots"], {"run_id": run_id})
     else:
-        WorkflowSlot.objects.filter(run_id=run_id).delete()
+        WorkflowSlot.objects.filter(run_id=run_id, step__isnull=True).delete()
         for rule, key in slots:
             _count(rule, key, -1)
     admitted: list[str] = []
@@ -125,7 +126,8 @@ def hand_over_slots_txn(run_id: Any, successor_id: Any) -> None:
     locks held, `lock_keys_txn`): the chain keeps its place, so nothing queued on those keys
     is admitted in between, and each key's count stays as it was."""
     assert transaction.get_connection().in_atomic_block
-    WorkflowSlot.objects.filter(run_id=run_id).update(run_id=successor_id)
+    # A step attempt's slot (a limit's max_running) stays with the attempt that holds it.
+    WorkflowSlot.objects.filter(run_id=run_id, step__isnull=True).update(run_id=successor_id)
 
 
 def admit_queued_txn(workflow: str, key: str) -> list[str]:
@@ -187,7 +189,7 @@ def admit_stranded(limit: int) -> int:
     runs of up to `limit` keys that have room (a slot freed while the next queued run was held
     by another transaction, a rule given a larger `max_active`). Returns the runs admitted."""
     admitted = 0
-    ended = WorkflowSlot.objects.filter(run__status__in=TERMINAL_RUN_STATUSES)
+    ended = WorkflowSlot.objects.filter(run__status__in=TERMINAL_RUN_STATUSES, step__isnull=True)
     for run_id, rule, slot_key in ended.values_list("run_id", "rule", "key")[:limit]:
         with transaction.atomic():
             lock_admission_key_txn(rule, slot_key)

@@ -27,8 +27,11 @@ counted AS (
 SELECT id FROM admitted
 
 -- name: release_slots
--- Free the slots run %(run_id)s holds (it ended), each uncounted from its key.
-WITH freed AS (DELETE FROM {slot} WHERE run_id = %(run_id)s RETURNING rule, key)
+-- Free the slots run %(run_id)s holds (it ended), each uncounted from its key (a limit's slot
+-- held by one of its step attempts is freed with that attempt, not here).
+WITH freed AS (
+    DELETE FROM {slot} WHERE run_id = %(run_id)s AND step_id IS NULL RETURNING rule, key
+)
 UPDATE {slot_count} AS counted SET held = GREATEST(counted.held - 1, 0)
 FROM freed WHERE counted.rule = freed.rule AND counted.key = freed.key
 

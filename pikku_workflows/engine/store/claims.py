@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q
 
 from ...control_flow import RunInterrupted
 from ...models import (
@@ -33,7 +33,8 @@ from ...models import (
 from ...querysets import DatabaseNow, StatementNow
 from ...schedules.choices import BUFFERING_OVERLAPS, BackfillStatus
 from ...sql import Statements
-from ...status import ApprovalStatus, RunStatus
+from ...status import ApprovalStatus, RunStatus, StepStatus
+from ...waiting import AdmissionReason
 from .tables import engine_names
 
 # What a purged run's tombstone keeps of it.
@@ -57,8 +58,8 @@ PURGER_LOCK_KEY = 0x70696B6B75_7072
 def lock_step_txn(run_id: Any, step_key: str, lease_holder: str | None = None) -> Any:
     """Inside a transaction: the step of a running run (run under `lease_holder`'s lease when
     given), its row locked and its run's row shared (a cancel or suspend committing meanwhile
-    is waited for, then seen), annotated with `lease_lapsed` and `retry_due` on the database
-    clock; None when there is no such step, or its run is not running (under that lease)."""
+    is waited for, then seen), annotated with `lease_lapsed`, `retry_due` and `rate_wait`
+    on the database clock; None when there is no such step, or its run is not running (under that lease)."""
     assert transaction.get_connection().in_atomic_block
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -97,6 +98,10 @@ def _lock_step_row_txn(run_id: Any, step_key: str) -> Any:
                 Q(wake_at__isnull=True) | Q(wake_at__lte=DatabaseNow()),
                 output_field=BooleanField(),
             ),
+            # How long until the time a rate gave the step's next attempt.
+            rate_wait=ExpressionWrapper(
+                F("not_before") - DatabaseNow(), output_field=DurationField()
+            ),
         )
         .first()
     )
@@ -127,6 +132,23 @@ def lock_due_timers_txn(limit: int) -> list[WorkflowStep]:
         .filter(run__status=RunStatus.RUNNING)
         .select_for_update(skip_locked=True, of=("self",))
         .order_by("wake_at")[:limit]
+    )
+
+
+def lock_steps_waiting_for_slot_txn(limit_name: str, count: int) -> list[WorkflowStep]:
+    """Inside the transaction that frees a slot of the limit (its count row held): up to `count`
+    steps of running runs whose next attempt waits for one, oldest step first, skipping rows
+    another transaction holds (a claim of that step: it takes a slot itself or waits again)."""
+    assert transaction.get_connection().in_atomic_block
+    return list(
+        WorkflowStep.objects.filter(
+            status__in=[StepStatus.PENDING, StepStatus.FAILED],
+            admission_hold__reason=AdmissionReason.CONCURRENCY.value,
+            admission_hold__limit=limit_name,
+            run__status=RunStatus.RUNNING,
+        )
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("created_at")[:count]
     )
 
 

@@ -13,7 +13,7 @@ new_step AS (
     SELECT item.id, lease.id, item.step_key, item.kind, item.function_name, item.data,
         %(scheduled)s, NULL, NULL, 1, item.attempt_limit, item.retries, item.retry_delay,
         item.timeout_ms, item.from_step_key, NULL, NULL, false, item.atomic, item.gather_key,
-        NULL, NULL, item.created_at, item.created_at
+        NULL, NULL, NULL, NULL, item.created_at, item.created_at
     FROM lease, jsonb_to_recordset(%(steps)s::jsonb) AS item(
         id uuid, step_key text, kind text, function_name text, data jsonb,
         attempt_limit integer, retries integer, retry_delay text, timeout_ms integer,

@@ -17,7 +17,7 @@ from django.db import close_old_connections, connection
 from django.db.models import Q
 
 from ...conf import pikku_settings
-from ...models import WorkflowRun, WorkflowStep
+from ...models import WorkflowRun, WorkflowSlot, WorkflowStep
 from ...outages import outages
 from ...querysets import DatabaseNow, database_in
 from ...status import RunStatus, StepStatus
@@ -102,13 +102,24 @@ def renew_leases(run_ids: list[Any], holders: list[str], steps: list[tuple[Any, 
         ).update(lease_expires_at=run_lease_until())
     if steps:
         WorkflowStep.objects.filter(_held(steps)).update(lease_expires_at=step_lease_until())
+        # The limits' slots these attempts hold (`max_running`) live as long as their leases.
+        WorkflowSlot.objects.filter(_slots_of(steps)).update(lease_expires_at=step_lease_until())
 
 
 def release_step_leases(steps: list[tuple[Any, int]]) -> int:
-    """Let the leases of steps this process gives up lapse now, so recovery re-claims at once."""
+    """Let the leases of steps this process gives up lapse now, so recovery re-claims at once
+    (and the timer loop frees the limits' slots they held)."""
     if not steps:
         return 0
+    WorkflowSlot.objects.filter(_slots_of(steps)).update(lease_expires_at=DatabaseNow())
     return WorkflowStep.objects.filter(_held(steps)).update(lease_expires_at=DatabaseNow())
+
+
+def _slots_of(steps: list[tuple[Any, int]]) -> Q:
+    held = Q(pk__in=[])
+    for step_id, attempt in steps:
+        held |= Q(step_id=step_id, attempt=attempt)
+    return held
 
 
 class Heartbeat:

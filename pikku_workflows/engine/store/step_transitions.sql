@@ -9,7 +9,7 @@
 %(status)s, %(result)s::jsonb, %(error)s::jsonb, %(attempt)s::integer,
 %(attempt_limit)s::integer, %(retries)s::integer, %(retry_delay)s, %(timeout_ms)s::integer,
 %(from_step_key)s, %(child_run_id)s::uuid, %(branch_taken)s, %(copied)s::boolean,
-%(atomic)s::boolean, %(gather_key)s,
+%(atomic)s::boolean, %(gather_key)s, %(not_before)s::timestamptz, %(admission_hold)s::jsonb,
 -- A lease and a timer are set on the database clock (NULL seconds: none).
 clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
 clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
@@ -19,7 +19,7 @@ clock_timestamp() + make_interval(secs => %(wake_in_seconds)s::float8),
 -- (fragment) The columns `new_step_values` fills.
 id, run_id, step_key, kind, function_name, data, status, result, error, attempt, attempt_limit,
 retries, retry_delay, timeout_ms, from_step_key, child_run_id, branch_taken, copied, atomic,
-gather_key, lease_expires_at, wake_at, created_at, updated_at
+gather_key, not_before, admission_hold, lease_expires_at, wake_at, created_at, updated_at
 
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
