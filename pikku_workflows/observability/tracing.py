@@ -13,7 +13,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import pikku_settings
+from . import instruments
 
 logger = logging.getLogger(__name__)
 
@@ -153,24 +154,38 @@ def export_attempt_after_commit(step: Any) -> None:
         started=started,
         ended=ended,
     )
-    transaction.on_commit(lambda: _exported(_attempt_span, attempt))
+    _after_commit(_attempt_ended, attempt)
 
 
 def export_run_after_commit(run_id: Any) -> None:
-    """Once the write that ended the run commits, export its span."""
+    """Once the write that ended the run commits, export its span and count it."""
     if tracing_on():
-        transaction.on_commit(lambda: _exported(_run_span, run_id))
+        _after_commit(_run_ended, run_id)
 
 
-def _exported(build: Any, *args: Any) -> None:
-    # A tracing backend's trouble must never fail a run or a pass: the span is lost, said once.
+def _after_commit(observe: Callable[..., None], *args: Any) -> None:
+    transaction.on_commit(lambda: _guarded(observe, *args))
+
+
+def _guarded(observe: Callable[..., None], *args: Any) -> None:
+    # A backend's trouble must never fail a run or a pass: the span is lost, said once.
     try:
-        span = build(*args)
-        processor = _span_processor()
-        if span is not None and processor is not None:
-            processor.on_end(span)
+        observe(*args)
     except Exception:
         logger.warning("pikku_workflows: a span could not be exported", exc_info=True)
+
+
+def _attempt_ended(attempt: AttemptFacts) -> None:
+    duration = instruments.seconds_between(attempt.started, attempt.ended)
+    if duration is not None:
+        instruments.record_attempt_duration(attempt.function_name, attempt.dispatch, duration)
+    _export(_attempt_span(attempt))
+
+
+def _export(span: Any) -> None:
+    processor = _span_processor()
+    if processor is not None:
+        processor.on_end(span)
 
 
 def _span_processor() -> Any:
@@ -189,7 +204,7 @@ def export_attempt_from_rows_after_commit(step_id: Any, attempt: int) -> None:
     """As `export_attempt_after_commit`, the span read from the attempt's history row (an
     attempt ended by another process's write: its lease lapsed)."""
     if tracing_on():
-        transaction.on_commit(lambda: _exported(_attempt_span_from_rows, step_id, attempt))
+        _after_commit(_attempt_ended_from_rows, step_id, attempt)
 
 
 @dataclass(frozen=True)
@@ -250,7 +265,13 @@ def _attempt_span(facts: AttemptFacts) -> Any:
     )
 
 
-def _attempt_span_from_rows(step_id: Any, attempt: int) -> Any:
+def _attempt_ended_from_rows(step_id: Any, attempt: int) -> None:
+    facts = _attempt_facts_from_rows(step_id, attempt)
+    if facts is not None:
+        _attempt_ended(facts)
+
+
+def _attempt_facts_from_rows(step_id: Any, attempt: int) -> AttemptFacts | None:
     from ..models import WorkflowStepHistory
 
     row = (
@@ -273,23 +294,21 @@ def _attempt_span_from_rows(step_id: Any, attempt: int) -> Any:
     )
     if row is None:
         return None
-    return _attempt_span(
-        AttemptFacts(
-            run_id=row["step__run_id"],
-            step_key=row["step__step_key"],
-            attempt=attempt,
-            kind=row["step__kind"],
-            function_name=row["step__function_name"],
-            dispatch=row["dispatch"],
-            worker=row["worker"],
-            error=row["error"] if row["status"] == "failed" else None,
-            started=row["running_at"] or row["created_at"],
-            ended=row["succeeded_at"] or row["failed_at"],
-        )
+    return AttemptFacts(
+        run_id=row["step__run_id"],
+        step_key=row["step__step_key"],
+        attempt=attempt,
+        kind=row["step__kind"],
+        function_name=row["step__function_name"],
+        dispatch=row["dispatch"],
+        worker=row["worker"],
+        error=row["error"] if row["status"] == "failed" else None,
+        started=row["running_at"] or row["created_at"],
+        ended=row["succeeded_at"] or row["failed_at"],
     )
 
 
-def _run_span(run_id: Any) -> Any:
+def _run_ended(run_id: Any) -> None:
     from ..models import WorkflowRun
 
     row = (
@@ -298,7 +317,12 @@ def _run_span(run_id: Any) -> Any:
         .first()
     )
     if row is None:
-        return None
+        return
+    instruments.count_run_finished(row["workflow"], row["status"])
+    _export(_run_span(run_id, row))
+
+
+def _run_span(run_id: Any, row: Mapping[str, Any]) -> Any:
     parsed = parse_traceparent(row["traceparent"])
     attributes = {
         "pikku.run_id": str(run_id),

@@ -28,6 +28,7 @@ from ...control_flow import RunInterrupted
 from ...dispatch import QueueMessage, queue_fragments
 from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...observability.instruments import record_schedule_to_start_after_commit, seconds_between
 from ...observability.tracing import (
     export_attempt_after_commit,
     export_attempt_from_rows_after_commit,
@@ -401,6 +402,8 @@ def claim_queued_step(
     step = next(iter(WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)), None)
     if step is not None:
         note_attempt_start(step, StepStatus.RUNNING, params["running_at"], StepDispatch.QUEUED)
+        waited = seconds_between(step.attempt_queued_at, params["running_at"])  # type: ignore[attr-defined]
+        record_schedule_to_start_after_commit(step.function_name, waited)
     return step
 
 
