@@ -13,7 +13,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from ..conf import pikku_settings
 from . import instruments
@@ -157,10 +158,11 @@ def export_attempt_after_commit(step: Any) -> None:
     _after_commit(_attempt_ended, attempt)
 
 
-def export_run_after_commit(run_id: Any) -> None:
-    """Once the write that ended the run commits, export its span and count it."""
+def export_run_after_commit(run_id: Any, status: str, error: dict[str, Any] | None) -> None:
+    """Once the write that ended the run (`status`, `error`) commits, export its span, ending
+    now (the clock of its attempts' times), and count it."""
     if tracing_on():
-        _after_commit(_run_ended, run_id)
+        _after_commit(_run_ended, run_id, status, error, timezone.now())
 
 
 def _after_commit(observe: Callable[..., None], *args: Any) -> None:
@@ -223,25 +225,54 @@ class AttemptFacts:
     ended: datetime | None
 
 
-# The workflow and traceparent of the runs this process traced lately: neither ever changes.
-_run_facts: dict[str, tuple[str, str | None]] = {}
+@dataclass(frozen=True)
+class RunFacts:
+    """What every span of a run needs from its row; none of it ever changes."""
+
+    workflow: str
+    traceparent: str | None
+    created_at: datetime
+
+
+# The runs this process drives or traced lately, so their spans read no row: noted when a pass
+# starts, dropped when the run's own span is exported.
+_run_facts: dict[str, RunFacts] = {}
 RUN_FACTS_KEPT = 10_000
 
 
-def _facts_of_run(run_id: Any) -> tuple[str, str | None]:
+def note_run(run: Any) -> None:
+    """Keep what `run`'s spans need while this process drives it (no read per span)."""
+    if tracing_on():
+        _keep_facts(str(run.pk), RunFacts(run.workflow, run.traceparent, run.created_at))
+
+
+def _keep_facts(key: str, facts: RunFacts) -> None:
+    if len(_run_facts) >= RUN_FACTS_KEPT:
+        _run_facts.clear()
+    _run_facts[key] = facts
+
+
+def _facts_of_run(run_id: Any) -> RunFacts | None:
+    key = str(run_id)
+    facts = _run_facts.get(key)
+    if facts is None:
+        facts = _read_run_facts(run_id)
+        if facts is not None:
+            _keep_facts(key, facts)
+    return facts
+
+
+def _read_run_facts(run_id: Any) -> RunFacts | None:
     from ..models import WorkflowRun
 
-    key = str(run_id)
-    if key not in _run_facts:
-        if len(_run_facts) >= RUN_FACTS_KEPT:
-            _run_facts.clear()
-        row = WorkflowRun.objects.filter(pk=run_id).values_list("workflow", "traceparent").first()
-        _run_facts[key] = row if row is not None else ("", None)
-    return _run_facts[key]
+    runs = WorkflowRun.objects.filter(pk=run_id)
+    row = runs.values_list("workflow", "traceparent", "created_at").first()
+    return None if row is None else RunFacts(*row)
 
 
 def _attempt_span(facts: AttemptFacts) -> Any:
-    workflow, traceparent = _facts_of_run(facts.run_id)
+    run = _facts_of_run(facts.run_id)
+    workflow, traceparent = (run.workflow, run.traceparent) if run else ("", None)
     attributes = {
         "pikku.run_id": str(facts.run_id),
         "pikku.workflow": workflow,
@@ -308,36 +339,33 @@ def _attempt_facts_from_rows(step_id: Any, attempt: int) -> AttemptFacts | None:
     )
 
 
-def _run_ended(run_id: Any) -> None:
-    from ..models import WorkflowRun
-
-    row = (
-        WorkflowRun.objects.filter(pk=run_id)
-        .values("workflow", "status", "error", "traceparent", "created_at", "finished_at")
-        .first()
-    )
-    if row is None:
+def _run_ended(run_id: Any, status: str, error: dict[str, Any] | None, ended: datetime) -> None:
+    run = _run_facts.pop(str(run_id), None) or _read_run_facts(run_id)
+    if run is None:
         return
-    instruments.count_run_finished(row["workflow"], row["status"])
-    _export(_run_span(run_id, row))
+    instruments.count_run_finished(run.workflow, status)
+    _export(_run_span(run_id, run, status, error, ended))
 
 
-def _run_span(run_id: Any, row: Mapping[str, Any]) -> Any:
-    parsed = parse_traceparent(row["traceparent"])
+def _run_span(
+    run_id: Any, run: RunFacts, status: str, error: dict[str, Any] | None, ended: datetime
+) -> Any:
+    parsed = parse_traceparent(run.traceparent)
     attributes = {
         "pikku.run_id": str(run_id),
-        "pikku.workflow": row["workflow"],
-        "pikku.run_status": row["status"],
+        "pikku.workflow": run.workflow,
+        "pikku.run_status": status,
     }
+    failed = status == "failed"
     return _span(
-        f"workflow {row['workflow']}",
-        trace_id_of(run_id, row["traceparent"]),
+        f"workflow {run.workflow}",
+        trace_id_of(run_id, run.traceparent),
         run_span_id(run_id),
         parsed[1] if parsed else None,
-        start=row["created_at"],
-        end=row["finished_at"],
+        start=run.created_at,
+        end=ended,
         attributes=attributes,
-        error=row["error"] if row["status"] == "failed" else None,
+        error=(error or {"code": status}) if failed else None,
     )
 
 

@@ -38,6 +38,7 @@ from ...exceptions import (
 from ...models import WorkflowRun, WorkflowStep
 from ...observability.instruments import record_pass_after_commit
 from ...observability.log_context import logging_for_run
+from ...observability.tracing import note_run
 from ...registry import registry
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import Compensation, RunStatus
@@ -95,6 +96,7 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
     the run ended in one of them."""
     run, holder, known_steps = leased.run, leased.holder, leased.steps
     heartbeat.hold_run(run.pk, holder)
+    note_run(run)
     ended = False
     try:
         with driving(run.pk), logging_for_run(run.pk, run.workflow):
