@@ -29,7 +29,8 @@ SECONDS_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 )  # fmt: skip
 
-# Each instrument: (OpenTelemetry name, the name Prometheus gives it, unit, labels, meaning).
+# Each instrument by its OpenTelemetry name: (the name Prometheus gives it, unit, labels,
+# meaning); those in seconds are histograms, the others counters.
 # docs/observability.md lists the same.
 NAMES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "pikku.runs.finished": (
@@ -111,10 +112,10 @@ def _record(name: str, value: float, **labels: str) -> None:
     # A metrics backend's trouble must never fail a run or a pass: the point is lost, said once.
     try:
         instrument = _instruments()[name]
-        if hasattr(instrument, "add"):
-            instrument.add(value, labels)
+        if NAMES[name][1] == "s":
+            instrument.record(max(value, 0.0), labels)  # clocks of two processes may disagree
         else:
-            instrument.record(max(value, 0.0), labels)
+            instrument.add(value, labels)
     except Exception:
         logger.warning("pikku_workflows: a metric could not be recorded", exc_info=True)
 
