@@ -64,9 +64,10 @@ WHERE run.status <> 'running'
 """
 
 HISTORY_SQL = """
-INSERT INTO pikku_workflows_workflowstephistory (step_id, attempt, status, dispatch, created_at,
-    running_at, succeeded_at)
-SELECT step.id, 1, 'succeeded', CASE step.step_key WHEN 'charge' THEN 'queued' ELSE 'inline' END,
+INSERT INTO pikku_workflows_workflowstephistory (step_id, attempt, status, function_name,
+    dispatch, created_at, running_at, succeeded_at)
+SELECT step.id, 1, 'succeeded', step.function_name,
+    CASE step.step_key WHEN 'charge' THEN 'queued' ELSE 'inline' END,
     step.created_at, step.created_at + interval '1 second', step.created_at + interval '2 seconds'
 FROM pikku_workflows_workflowstep step
 """

@@ -276,6 +276,9 @@ class WorkflowStepHistory(models.Model):
     )
     attempt = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=StepStatus.choices)
+    # The step's function as the attempt ran it (NULL: a step of no function), so the
+    # dashboard's durations by function read the attempts alone.
+    function_name = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
     # How the attempt was dispatched; NULL until it runs.
     dispatch = models.CharField(max_length=16, choices=StepDispatch.choices, null=True, blank=True)
     # The process that ran it, `host:pid` (a pikku_worker's, as its `WorkflowWorker` row names
@@ -305,6 +308,7 @@ class WorkflowStepHistory(models.Model):
                 fields=["running_at"],
                 include=[
                     "step",
+                    "function_name",
                     "dispatch",
                     "created_at",
                     "scheduled_at",

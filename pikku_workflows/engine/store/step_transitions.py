@@ -222,6 +222,7 @@ def _save_new_step_txn(
         step=step,
         attempt=step.attempt,
         status=step.status,
+        function_name=step.function_name,
         dispatch=dispatch,
         worker=_runner(step.status),
         result=step.result,
@@ -412,8 +413,12 @@ def retarget_unstarted_step(step: WorkflowStep, **fields: Any) -> bool:
     kind, function name, data, retry options) in one guarded write; False, and nothing
     written, when an attempt started meanwhile. Not a status change: no history row moves."""
     unstarted = WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING, attempt=1)
-    if not unstarted.update(**fields, updated_at=DatabaseNow()):
-        return False
+    with transaction.atomic():
+        if not unstarted.update(**fields, updated_at=DatabaseNow()):
+            return False
+        if "function_name" in fields:
+            first_attempt = WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=1)
+            first_attempt.update(function_name=fields["function_name"])
     _apply(step, fields)
     return True
 
@@ -483,7 +488,11 @@ def move_step_txn(
 
 def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
     history = WorkflowStepHistory(
-        step_id=step.pk, attempt=step.attempt + 1, status=target, **outcome
+        step_id=step.pk,
+        attempt=step.attempt + 1,
+        status=target,
+        function_name=step.function_name,
+        **outcome,
     )
     at = timezone.now()
     note_attempt_start(step, target, at, outcome.get("dispatch"))

@@ -24,14 +24,14 @@ gather_key, lease_expires_at, wake_at, created_at, updated_at
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
 -- stamped at the step's creation for its status, dispatched as %(dispatch)s, run by the process
--- %(worker)s (NULL unless it runs now).
+-- %(worker)s (NULL unless it runs now), naming the step's function %(function_name)s.
 history AS (
     INSERT INTO {history} (step_id, attempt, status, dispatch, worker, result, error, created_at,
-        scheduled_at, running_at, waiting_at, succeeded_at, failed_at)
+        scheduled_at, running_at, waiting_at, succeeded_at, failed_at, function_name)
     SELECT id, attempt, status, %(dispatch)s, %(worker)s, result, error, created_at,
         %(scheduled_at)s::timestamptz,
         %(running_at)s::timestamptz, %(waiting_at)s::timestamptz,
-        %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz
+        %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz, %(function_name)s
     FROM new_step
     RETURNING step_id
 )
