@@ -1,6 +1,7 @@
 """`--otel` of the benches: tracing on (`PIKKU_OTEL=1`, which worker subprocesses inherit) with
 an in-memory exporter behind a synchronous span processor, so every span's cost is paid on the
-measured path. Worker processes install it through `bench.queued_workflows`."""
+measured path, and an in-memory metric reader for the counters and histograms. Worker processes
+install them through `bench.queued_workflows`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def switch_tracing_on() -> None:
 
 
 def install_in_memory_exporter() -> None:
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +27,7 @@ def install_in_memory_exporter() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
 
 def traced(run: Callable[[int], float]) -> Callable[[int], float]:

@@ -38,7 +38,13 @@ class WorkflowStepFactory(DjangoModelFactory):
     def history(step: WorkflowStep, create: bool, extracted: Any, **kwargs: Any) -> None:
         if not create or extracted is False:
             return
-        row = WorkflowStepHistory(step=step, attempt=step.attempt, status=step.status, **kwargs)
+        row = WorkflowStepHistory(
+            step=step,
+            attempt=step.attempt,
+            status=step.status,
+            function_name=step.function_name,
+            **kwargs,
+        )
         if step.status != StepStatus.PENDING:
             setattr(row, HISTORY_TIMESTAMP[step.status], timezone.now())
         row.save(force_insert=True)
@@ -53,3 +59,4 @@ class WorkflowStepHistoryFactory(DjangoModelFactory):
     step = factory.SubFactory(WorkflowStepFactory, history=False)
     attempt = factory.LazyAttribute(lambda row: row.step.attempt)
     status = factory.LazyAttribute(lambda row: row.step.status)
+    function_name = factory.LazyAttribute(lambda row: row.step.function_name)

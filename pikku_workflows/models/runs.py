@@ -168,7 +168,19 @@ class WorkflowRun(models.Model):
             # The list's filters by what a run waits on (awaiting approval is `approval`) and
             # by when it finished (its starter, parent and subject have their foreign keys').
             models.Index(fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"),
-            models.Index(fields=["finished_at"], name="pikku_run_finished"),
+            # With what the dashboard counts of the runs that ended in its window, so it reads
+            # this index alone.
+            models.Index(
+                fields=["finished_at"], include=["status", "workflow"], name="pikku_run_finished"
+            ),
+            # GET metrics/ counts runs by workflow and status from this index alone, and the
+            # live runs by what they wait on from the last one (ended runs record no wait).
+            models.Index(fields=["workflow", "status"], name="pikku_run_workflow_status"),
+            models.Index(
+                fields=["waiting_on", "workflow"],
+                name="pikku_run_live_waiting",
+                condition=Q(waiting_on__isnull=False),
+            ),
             # The admin counts runs per version ("started on an older version").
             models.Index(fields=["workflow", "code_version"], name="pikku_run_workflow_version"),
             models.Index(fields=["subject_type", "subject_id"], name="pikku_run_subject"),
@@ -184,9 +196,11 @@ class WorkflowRun(models.Model):
                 name="pikku_run_queued_not_before",
                 condition=Q(status="queued", not_before__isnull=False),
             ),
-            # The stalled-run sweep scans running runs by age.
+            # The stalled-run sweep scans running runs by age; GET metrics/ reads their ids
+            # from it alone (runnable steps are steps of running runs).
             models.Index(
                 fields=["updated_at"],
+                include=["id"],
                 name="pikku_run_running_updated",
                 condition=Q(status="running"),
             ),
@@ -299,6 +313,9 @@ class WorkflowStepHistory(models.Model):
     )
     attempt = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=StepStatus.choices)
+    # The step's function as the attempt ran it (NULL: a step of no function), so the
+    # dashboard's durations by function read the attempts alone.
+    function_name = models.CharField(max_length=NAME_MAX_LENGTH, null=True, blank=True)
     # How the attempt was dispatched; NULL until it runs.
     dispatch = models.CharField(max_length=16, choices=StepDispatch.choices, null=True, blank=True)
     # The process that ran it, `host:pid` (a pikku_worker's, as its `WorkflowWorker` row names
@@ -321,6 +338,22 @@ class WorkflowStepHistory(models.Model):
             choice_check("pikku_history_status_valid", StepStatus),
             choice_check("pikku_history_dispatch_valid", StepDispatch, field="dispatch"),
             models.UniqueConstraint(fields=["step", "attempt"], name="pikku_history_step_attempt"),
+        ]
+        indexes = [
+            # The dashboard's attempts of a window (durations, queue lag), read from it alone.
+            models.Index(
+                fields=["running_at"],
+                include=[
+                    "step",
+                    "function_name",
+                    "dispatch",
+                    "created_at",
+                    "scheduled_at",
+                    "succeeded_at",
+                    "failed_at",
+                ],
+                name="pikku_history_running",
+            ),
         ]
 
     def __str__(self) -> str:

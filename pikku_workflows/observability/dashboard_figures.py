@@ -116,7 +116,7 @@ def failure_rates(window: Window, now: datetime) -> list[tuple[str, int, int]]:
 
 def _ended_attempts(window: Window, now: datetime) -> Any:
     return WorkflowStepHistory.objects.filter(
-        running_at__gte=window.start(now), step__function_name__isnull=False
+        running_at__gte=window.start(now), function_name__isnull=False
     ).annotate(duration=Coalesce("succeeded_at", "failed_at") - F("running_at"))
 
 
@@ -131,12 +131,12 @@ def step_durations(window: Window, now: datetime) -> list[tuple[str, float, floa
     ended, slowest p95 first."""
     attempts = _ended_attempts(window, now).filter(duration__isnull=False).order_by()
     if connection.vendor == "postgresql":
-        rows = attempts.values_list("step__function_name").annotate(
+        rows = attempts.values_list("function_name").annotate(
             p50=_Percentile("duration", fraction=0.5), p95=_Percentile("duration", fraction=0.95)
         )
         found = [(name, p50.total_seconds(), p95.total_seconds()) for name, p50, p95 in rows]
     else:
-        found = _percentiles_in_python(attempts.values_list("step__function_name", "duration"))
+        found = _percentiles_in_python(attempts.values_list("function_name", "duration"))
     return sorted(found, key=lambda row: (-row[2], row[0]))
 
 

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,8 +21,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from ..conf import pikku_settings
+from . import instruments
 
 logger = logging.getLogger(__name__)
 
@@ -153,24 +155,39 @@ def export_attempt_after_commit(step: Any) -> None:
         started=started,
         ended=ended,
     )
-    transaction.on_commit(lambda: _exported(_attempt_span, attempt))
+    _after_commit(_attempt_ended, attempt)
 
 
-def export_run_after_commit(run_id: Any) -> None:
-    """Once the write that ended the run commits, export its span."""
+def export_run_after_commit(run_id: Any, status: str, error: dict[str, Any] | None) -> None:
+    """Once the write that ended the run (`status`, `error`) commits, export its span, ending
+    now (the clock of its attempts' times), and count it."""
     if tracing_on():
-        transaction.on_commit(lambda: _exported(_run_span, run_id))
+        _after_commit(_run_ended, run_id, status, error, timezone.now())
 
 
-def _exported(build: Any, *args: Any) -> None:
-    # A tracing backend's trouble must never fail a run or a pass: the span is lost, said once.
+def _after_commit(observe: Callable[..., None], *args: Any) -> None:
+    transaction.on_commit(lambda: _guarded(observe, *args))
+
+
+def _guarded(observe: Callable[..., None], *args: Any) -> None:
+    # A backend's trouble must never fail a run or a pass: the span is lost, said once.
     try:
-        span = build(*args)
-        processor = _span_processor()
-        if span is not None and processor is not None:
-            processor.on_end(span)
+        observe(*args)
     except Exception:
         logger.warning("pikku_workflows: a span could not be exported", exc_info=True)
+
+
+def _attempt_ended(attempt: AttemptFacts) -> None:
+    duration = instruments.seconds_between(attempt.started, attempt.ended)
+    if duration is not None:
+        instruments.record_attempt_duration(attempt.function_name, attempt.dispatch, duration)
+    _export(_attempt_span(attempt))
+
+
+def _export(span: Any) -> None:
+    processor = _span_processor()
+    if processor is not None:
+        processor.on_end(span)
 
 
 def _span_processor() -> Any:
@@ -189,7 +206,7 @@ def export_attempt_from_rows_after_commit(step_id: Any, attempt: int) -> None:
     """As `export_attempt_after_commit`, the span read from the attempt's history row (an
     attempt ended by another process's write: its lease lapsed)."""
     if tracing_on():
-        transaction.on_commit(lambda: _exported(_attempt_span_from_rows, step_id, attempt))
+        _after_commit(_attempt_ended_from_rows, step_id, attempt)
 
 
 @dataclass(frozen=True)
@@ -208,25 +225,54 @@ class AttemptFacts:
     ended: datetime | None
 
 
-# The workflow and traceparent of the runs this process traced lately: neither ever changes.
-_run_facts: dict[str, tuple[str, str | None]] = {}
+@dataclass(frozen=True)
+class RunFacts:
+    """What every span of a run needs from its row; none of it ever changes."""
+
+    workflow: str
+    traceparent: str | None
+    created_at: datetime
+
+
+# The runs this process drives or traced lately, so their spans read no row: noted when a pass
+# starts, dropped when the run's own span is exported.
+_run_facts: dict[str, RunFacts] = {}
 RUN_FACTS_KEPT = 10_000
 
 
-def _facts_of_run(run_id: Any) -> tuple[str, str | None]:
+def note_run(run: Any) -> None:
+    """Keep what `run`'s spans need while this process drives it (no read per span)."""
+    if tracing_on():
+        _keep_facts(str(run.pk), RunFacts(run.workflow, run.traceparent, run.created_at))
+
+
+def _keep_facts(key: str, facts: RunFacts) -> None:
+    if len(_run_facts) >= RUN_FACTS_KEPT:
+        _run_facts.clear()
+    _run_facts[key] = facts
+
+
+def _facts_of_run(run_id: Any) -> RunFacts | None:
+    key = str(run_id)
+    facts = _run_facts.get(key)
+    if facts is None:
+        facts = _read_run_facts(run_id)
+        if facts is not None:
+            _keep_facts(key, facts)
+    return facts
+
+
+def _read_run_facts(run_id: Any) -> RunFacts | None:
     from ..models import WorkflowRun
 
-    key = str(run_id)
-    if key not in _run_facts:
-        if len(_run_facts) >= RUN_FACTS_KEPT:
-            _run_facts.clear()
-        row = WorkflowRun.objects.filter(pk=run_id).values_list("workflow", "traceparent").first()
-        _run_facts[key] = row if row is not None else ("", None)
-    return _run_facts[key]
+    runs = WorkflowRun.objects.filter(pk=run_id)
+    row = runs.values_list("workflow", "traceparent", "created_at").first()
+    return None if row is None else RunFacts(*row)
 
 
 def _attempt_span(facts: AttemptFacts) -> Any:
-    workflow, traceparent = _facts_of_run(facts.run_id)
+    run = _facts_of_run(facts.run_id)
+    workflow, traceparent = (run.workflow, run.traceparent) if run else ("", None)
     attributes = {
         "pikku.run_id": str(facts.run_id),
         "pikku.workflow": workflow,
@@ -250,7 +296,13 @@ def _attempt_span(facts: AttemptFacts) -> Any:
     )
 
 
-def _attempt_span_from_rows(step_id: Any, attempt: int) -> Any:
+def _attempt_ended_from_rows(step_id: Any, attempt: int) -> None:
+    facts = _attempt_facts_from_rows(step_id, attempt)
+    if facts is not None:
+        _attempt_ended(facts)
+
+
+def _attempt_facts_from_rows(step_id: Any, attempt: int) -> AttemptFacts | None:
     from ..models import WorkflowStepHistory
 
     row = (
@@ -273,47 +325,47 @@ def _attempt_span_from_rows(step_id: Any, attempt: int) -> Any:
     )
     if row is None:
         return None
-    return _attempt_span(
-        AttemptFacts(
-            run_id=row["step__run_id"],
-            step_key=row["step__step_key"],
-            attempt=attempt,
-            kind=row["step__kind"],
-            function_name=row["step__function_name"],
-            dispatch=row["dispatch"],
-            worker=row["worker"],
-            error=row["error"] if row["status"] == "failed" else None,
-            started=row["running_at"] or row["created_at"],
-            ended=row["succeeded_at"] or row["failed_at"],
-        )
+    return AttemptFacts(
+        run_id=row["step__run_id"],
+        step_key=row["step__step_key"],
+        attempt=attempt,
+        kind=row["step__kind"],
+        function_name=row["step__function_name"],
+        dispatch=row["dispatch"],
+        worker=row["worker"],
+        error=row["error"] if row["status"] == "failed" else None,
+        started=row["running_at"] or row["created_at"],
+        ended=row["succeeded_at"] or row["failed_at"],
     )
 
 
-def _run_span(run_id: Any) -> Any:
-    from ..models import WorkflowRun
+def _run_ended(run_id: Any, status: str, error: dict[str, Any] | None, ended: datetime) -> None:
+    run = _run_facts.pop(str(run_id), None) or _read_run_facts(run_id)
+    if run is None:
+        return
+    instruments.count_run_finished(run.workflow, status)
+    _export(_run_span(run_id, run, status, error, ended))
 
-    row = (
-        WorkflowRun.objects.filter(pk=run_id)
-        .values("workflow", "status", "error", "traceparent", "created_at", "finished_at")
-        .first()
-    )
-    if row is None:
-        return None
-    parsed = parse_traceparent(row["traceparent"])
+
+def _run_span(
+    run_id: Any, run: RunFacts, status: str, error: dict[str, Any] | None, ended: datetime
+) -> Any:
+    parsed = parse_traceparent(run.traceparent)
     attributes = {
         "pikku.run_id": str(run_id),
-        "pikku.workflow": row["workflow"],
-        "pikku.run_status": row["status"],
+        "pikku.workflow": run.workflow,
+        "pikku.run_status": status,
     }
+    failed = status == "failed"
     return _span(
-        f"workflow {row['workflow']}",
-        trace_id_of(run_id, row["traceparent"]),
+        f"workflow {run.workflow}",
+        trace_id_of(run_id, run.traceparent),
         run_span_id(run_id),
         parsed[1] if parsed else None,
-        start=row["created_at"],
-        end=row["finished_at"],
+        start=run.created_at,
+        end=ended,
         attributes=attributes,
-        error=row["error"] if row["status"] == "failed" else None,
+        error=(error or {"code": status}) if failed else None,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ def span_line(span: ReadableSpan) -> dict[str, Any]:
         "span_id": f"{context.span_id:016x}",
         "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
         "attributes": dict(span.attributes or {}),
+        "error": not span.status.is_ok,
+        "end_time": span.end_time,
         "pid": os.getpid(),
     }
 
@@ -68,4 +71,23 @@ def invoice(wf: pw.Workflow, input: Any) -> Any:
 def order(wf: pw.Workflow, input: Any) -> Any:
     wf.do("charge", "traced.charge", {})
     wf.do("render", "traced.render", {})
+    return wf.do("invoice", "traced.invoice", {})
+
+
+@pw.step_function("traced.slow", inline=False)
+def slow(data: Any, ctx: pw.StepContext) -> int:
+    """Sleeps inside its body, a file named by its process saying since when (a test kills the
+    worker while every process is in here, far from any commit or export)."""
+    inside = Path(data["inside"]) / str(os.getpid())
+    inside.write_text(str(time.time()))
+    time.sleep(data["seconds"])
+    inside.unlink(missing_ok=True)
+    return ctx.attempt
+
+
+@pw.workflow("traced.chaos")
+def chaos(wf: pw.Workflow, input: Any) -> Any:
+    wf.do("charge", "traced.charge", {})
+    for number in range(input["steps"]):
+        wf.do(f"slow-{number}", "traced.slow", {k: input[k] for k in ("inside", "seconds")})
     return wf.do("invoice", "traced.invoice", {})

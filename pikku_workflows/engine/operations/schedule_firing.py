@@ -20,6 +20,7 @@ from django.db.models import BooleanField, ExpressionWrapper
 from ...conf import pikku_settings
 from ...dispatch import enqueue_orchestration_with_run, queue_in_engine_database
 from ...models import WorkflowRun, WorkflowSchedule
+from ...observability.instruments import record_fire_delay_after_commit
 from ...outages import outages
 from ...registry import registry
 from ...schedules.catch_up import ticks_to_start
@@ -292,6 +293,7 @@ class _Firing:
             return
         self._cancel_others(nominal)
         start_run_row_txn(self.schedule, nominal, run_id)
+        record_fire_delay_after_commit((self.now - nominal).total_seconds())
         self.active.append((run_id, RunStatus.RUNNING))
 
     def _judge(self, nominal: datetime, start: bool) -> tuple[str, str]:

@@ -29,6 +29,11 @@ from ...exceptions import (
     StepTimedOut,
 )
 from ...models import WorkflowRun, WorkflowStep
+from ...observability.instruments import (
+    count_lease_expired_after_commit,
+    record_schedule_to_start_after_commit,
+    seconds_between,
+)
 from ...observability.log_context import logging_for_attempt
 from ...registry import StepFunctionDefinition, registry
 from ...retry import RetryPolicy
@@ -192,8 +197,15 @@ def _claim_locked_txn(step: Any, dispatch: str) -> Claim:
         "admission_hold": None,
     }
     if status in (StepStatus.PENDING, StepStatus.SCHEDULED):
+        # Queued when last moved (made, or scheduled), or when its timer came due.
+        queued_since = max(moment for moment in (step.updated_at, step.wake_at) if moment)
         move_step_txn(step, StepStatus.RUNNING, expected=[status], **fresh)
+        if dispatch == StepDispatch.QUEUED:
+            waited = seconds_between(queued_since, getattr(step, "attempt_started_at", None))
+            record_schedule_to_start_after_commit(step.function_name, waited)
         return Claim(step, claimed=True)
+    if lapsed:
+        count_lease_expired_after_commit()
     if step.attempt >= step.attempt_limit:
         if lapsed:
             _fail_lease_expired_txn(step)

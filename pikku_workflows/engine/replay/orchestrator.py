@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from functools import partial
 from typing import Any
 
@@ -35,7 +36,9 @@ from ...exceptions import (
     WorkflowNotDeployed,
 )
 from ...models import WorkflowRun, WorkflowStep
+from ...observability.instruments import record_pass_after_commit
 from ...observability.log_context import logging_for_run
+from ...observability.tracing import note_run
 from ...registry import registry
 from ...serialization import NotStorableJson, describe_error, round_trip
 from ...status import Compensation, RunStatus
@@ -93,11 +96,14 @@ def _drive(leased: LeasedRun, inline_caller: bool) -> bool:
     the run ended in one of them."""
     run, holder, known_steps = leased.run, leased.holder, leased.steps
     heartbeat.hold_run(run.pk, holder)
+    note_run(run)
     ended = False
     try:
         with driving(run.pk), logging_for_run(run.pk, run.workflow):
             while True:
+                began = time.monotonic()
                 ended_now, released = _replay(run, holder, inline_caller, known_steps)
+                record_pass_after_commit(run.workflow, time.monotonic() - began)
                 ended = ended_now or ended
                 if released or release_run_lease(run.pk, holder):
                     return ended

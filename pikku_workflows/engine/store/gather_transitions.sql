@@ -18,11 +18,12 @@ new_step AS (
         id uuid, step_key text, kind text, function_name text, data jsonb,
         attempt_limit integer, retries integer, retry_delay text, timeout_ms integer,
         from_step_key text, atomic boolean, gather_key text, created_at timestamptz)
-    RETURNING id, attempt, status, created_at
+    RETURNING id, attempt, status, function_name, created_at
 ),
 history AS (
-    INSERT INTO {history} (step_id, attempt, status, dispatch, created_at, scheduled_at)
-    SELECT id, attempt, status, %(queued)s, created_at, created_at FROM new_step
+    INSERT INTO {history} (step_id, attempt, status, dispatch, function_name, created_at,
+        scheduled_at)
+    SELECT id, attempt, status, %(queued)s, function_name, created_at, created_at FROM new_step
     RETURNING step_id
 ),
 dispatched AS (SELECT step_id FROM history),

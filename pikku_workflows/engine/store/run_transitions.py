@@ -90,7 +90,7 @@ def _move_run(
             # schedule before its runs, so this must not hold a run while it waits for one.
             transaction.on_commit(lambda: pause_for_failed_run(run_id))
         if target in TERMINAL_RUN_STATUSES:
-            export_run_after_commit(run_id)
+            export_run_after_commit(run_id, target, fields.get("error"))
         return
     current = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if lease_holder is not None and current in sources:

@@ -28,6 +28,7 @@ from ...control_flow import RunInterrupted
 from ...dispatch import QueueMessage, queue_fragments
 from ...exceptions import InvalidTransition, StepSuperseded
 from ...models import WorkflowRun, WorkflowStep, WorkflowStepHistory
+from ...observability.instruments import record_schedule_to_start_after_commit, seconds_between
 from ...observability.tracing import (
     export_attempt_after_commit,
     export_attempt_from_rows_after_commit,
@@ -221,6 +222,7 @@ def _save_new_step_txn(
         step=step,
         attempt=step.attempt,
         status=step.status,
+        function_name=step.function_name,
         dispatch=dispatch,
         worker=_runner(step.status),
         result=step.result,
@@ -401,6 +403,8 @@ def claim_queued_step(
     step = next(iter(WorkflowStep.objects.raw(STATEMENTS["claim_queued_step"], params)), None)
     if step is not None:
         note_attempt_start(step, StepStatus.RUNNING, params["running_at"], StepDispatch.QUEUED)
+        waited = seconds_between(step.attempt_queued_at, params["running_at"])  # type: ignore[attr-defined]
+        record_schedule_to_start_after_commit(step.function_name, waited)
     return step
 
 
@@ -409,8 +413,12 @@ def retarget_unstarted_step(step: WorkflowStep, **fields: Any) -> bool:
     kind, function name, data, retry options) in one guarded write; False, and nothing
     written, when an attempt started meanwhile. Not a status change: no history row moves."""
     unstarted = WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING, attempt=1)
-    if not unstarted.update(**fields, updated_at=DatabaseNow()):
-        return False
+    with transaction.atomic():
+        if not unstarted.update(**fields, updated_at=DatabaseNow()):
+            return False
+        if "function_name" in fields:
+            first_attempt = WorkflowStepHistory.objects.filter(step_id=step.pk, attempt=1)
+            first_attempt.update(function_name=fields["function_name"])
     _apply(step, fields)
     return True
 
@@ -480,7 +488,11 @@ def move_step_txn(
 
 def _open_attempt_txn(step: WorkflowStep, target: str, outcome: dict[str, Any]) -> None:
     history = WorkflowStepHistory(
-        step_id=step.pk, attempt=step.attempt + 1, status=target, **outcome
+        step_id=step.pk,
+        attempt=step.attempt + 1,
+        status=target,
+        function_name=step.function_name,
+        **outcome,
     )
     at = timezone.now()
     note_attempt_start(step, target, at, outcome.get("dispatch"))

@@ -24,14 +24,14 @@ gather_key, not_before, admission_hold, lease_expires_at, wake_at, created_at, u
 -- name: first_history_row
 -- (fragment) CTE `history`: the history row of the new step's first attempt (CTE `new_step`),
 -- stamped at the step's creation for its status, dispatched as %(dispatch)s, run by the process
--- %(worker)s (NULL unless it runs now).
+-- %(worker)s (NULL unless it runs now), naming the step's function %(function_name)s.
 history AS (
     INSERT INTO {history} (step_id, attempt, status, dispatch, worker, result, error, created_at,
-        scheduled_at, running_at, waiting_at, succeeded_at, failed_at)
+        scheduled_at, running_at, waiting_at, succeeded_at, failed_at, function_name)
     SELECT id, attempt, status, %(dispatch)s, %(worker)s, result, error, created_at,
         %(scheduled_at)s::timestamptz,
         %(running_at)s::timestamptz, %(waiting_at)s::timestamptz,
-        %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz
+        %(succeeded_at)s::timestamptz, %(failed_at)s::timestamptz, %(function_name)s
     FROM new_step
     RETURNING step_id
 )
@@ -158,8 +158,8 @@ FROM (SELECT 1) AS one LEFT JOIN lease ON true
 -- name: claim_queued_step
 -- A worker's claim of a queued step (pending or scheduled, %(sources)s; its function one this
 -- worker has) of a running run: running under a fresh lease on the database clock, its
--- history row stamped (run by the process %(worker)s). Returns the step, the run's starter and
--- its workflow, or no row.
+-- history row stamped (run by the process %(worker)s). Returns the step, the run's starter, its
+-- workflow and when the attempt was queued, or no row.
 WITH guard AS ({run_running_unlocked}),
 claimed AS (
     UPDATE {step} SET status = %(running)s, wake_at = NULL, updated_at = clock_timestamp(),
@@ -174,8 +174,9 @@ history AS (
     UPDATE {history} SET status = %(running)s, running_at = %(running_at)s::timestamptz,
         dispatch = %(queued)s, worker = %(worker)s
     WHERE step_id = (SELECT id FROM claimed) AND attempt = (SELECT attempt FROM claimed)
-    RETURNING step_id
+    RETURNING coalesce(scheduled_at, created_at) AS queued_at
 )
 SELECT claimed.*, (SELECT started_by FROM guard) AS started_by_name,
-    (SELECT workflow FROM guard) AS workflow_name
+    (SELECT workflow FROM guard) AS workflow_name,
+    (SELECT queued_at FROM history) AS attempt_queued_at
 FROM claimed
