@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 
 from ...dispatch import queue_fragments, run_messages_params
 from ...models import WorkflowSchedule, WorkflowScheduleAuditEntry, WorkflowScheduleTick
+from ...observability.instruments import record_fire_delay_after_commit
 from ...schedules.fire_times import fire_times
 from ...schedules.jitter import jitter_delay
 from ...schedules.spec import ScheduleSpec, parse_schedule
@@ -149,6 +150,9 @@ def write_fired_ticks_txn(ticks: list[dict[str, Any]], runs: list[dict[str, Any]
         cursor.execute(STATEMENTS["insert_fired_ticks"], params)
         started = {row[0] for row in cursor.fetchall()}
     announce_runs_started(built, started)
+    for tick in ticks:
+        if tick["run_id"] in started:
+            record_fire_delay_after_commit((tick["fired_at"] - tick["nominal_at"]).total_seconds())
     return len(started)
 
 

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('contenttypes', '0002_remove_content_type_name'),
-        ('pikku_workflows', '0021_workflow_updates'),
+        ('pikku_workflows', '0029_limit_slots'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
