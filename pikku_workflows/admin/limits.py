@@ -34,10 +34,10 @@ class LimitForm(forms.ModelForm):
 @admin.register(WorkflowLimit)
 class WorkflowLimitAdmin(admin.ModelAdmin):
     form = LimitForm
-    list_display = ("name", "rate", "burst", "managed_by", "queued", "next_start")
+    list_display = ("name", "rate", "burst", "running", "managed_by", "queued", "next_start")
     list_filter = ("managed_by",)
-    fields = ("name", "rate", "burst", "managed_by", "queued", "next_start")
-    readonly_fields = ("name", "managed_by", "queued", "next_start")
+    fields = ("name", "rate", "burst", "running", "managed_by", "queued", "next_start")
+    readonly_fields = ("name", "running", "managed_by", "queued", "next_start")
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         mirror_code_limits()
@@ -48,6 +48,15 @@ class WorkflowLimitAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: WorkflowLimit, form: Any, change: bool) -> None:
         update_limit(obj.name, rate=obj.rate, burst=obj.burst, by=request.user)
+
+    @admin.display(description="executing / max_running")
+    def running(self, limit: WorkflowLimit) -> str:
+        try:
+            described = get_limit(limit.name)
+        except LimitNotFound:  # mirrored from code that no longer defines it
+            return "-"
+        bound = described["max_running"]
+        return "-" if bound is None else f"{described['usage']['running']} / {bound}"
 
     @admin.display(description="queued by its rate")
     def queued(self, limit: WorkflowLimit) -> int:
@@ -61,4 +70,4 @@ class WorkflowLimitAdmin(admin.ModelAdmin):
         try:
             return dict(get_limit(limit.name)["usage"])
         except LimitNotFound:  # mirrored from code that no longer defines it
-            return {"queued": 0, "next_start_at": None}
+            return {"running": 0, "queued": 0, "next_start_at": None}

@@ -516,6 +516,9 @@ class BulkResultSerializer(serializers.Serializer):
 
 
 class LimitUsageSerializer(serializers.Serializer):
+    running = serializers.IntegerField(
+        help_text="Step attempts executing under this limit's max_running now."
+    )
     queued = serializers.IntegerField(help_text="Runs a rate of this limit holds queued now.")
     next_start_at = serializers.DateTimeField(
         allow_null=True, help_text="When the next start may begin; null: at once."
@@ -523,18 +526,27 @@ class LimitUsageSerializer(serializers.Serializer):
 
 
 class LimitCodeSerializer(serializers.Serializer):
-    rate = serializers.CharField()
+    rate = serializers.CharField(allow_null=True)
     burst = serializers.IntegerField()
+    max_running = serializers.IntegerField(allow_null=True)
 
 
 class LimitSerializer(serializers.Serializer):
     name = serializers.CharField()
-    rate = serializers.CharField(help_text='Starts per period: "10/s", "600/m", "5/h", "100/d".')
+    rate = serializers.CharField(
+        allow_null=True,
+        help_text='Starts per period: "10/s", "600/m", "5/h", "100/d"; null: no rate.',
+    )
     burst = serializers.IntegerField()
+    max_running = serializers.IntegerField(
+        allow_null=True,
+        help_text="At most this many of its step attempts execute at once (set in code); "
+        "null: no bound.",
+    )
     managed_by = serializers.ChoiceField(
         choices=["code", "admin"], help_text="admin: an operator's edit wins over the code."
     )
-    code = LimitCodeSerializer(allow_null=True, help_text="The rate defined in code, if any.")
+    code = LimitCodeSerializer(allow_null=True, help_text="The limit as defined in code, if it is.")
     usage = LimitUsageSerializer()
 
 

@@ -30,9 +30,20 @@ def test_limits__list_each_limit_with_its_rate_and_live_usage(operator_api, limi
     vendor = next(item for item in listed if item["name"] == "api_limits.vendor")
     assert vendor["rate"] == "1/h"
     assert (vendor["burst"], vendor["managed_by"]) == (0, "code")
-    assert vendor["code"] == {"rate": "1/h", "burst": 0}
+    assert vendor["code"] == {"rate": "1/h", "burst": 0, "max_running": None}
     assert vendor["usage"]["queued"] == 1
     assert vendor["usage"]["next_start_at"] is not None
+
+
+def test_limits__a_limit_of_max_running_alone_lists_its_bound_and_no_rate(operator_api):
+    pw.define_limit("api_limits.slots", max_running=2)
+
+    listed = operator_api.get(API + "limits/").json()
+
+    slots = next(item for item in listed if item["name"] == "api_limits.slots")
+    assert (slots["rate"], slots["max_running"]) == (None, 2)
+    assert slots["code"] == {"rate": None, "burst": 0, "max_running": 2}
+    assert slots["usage"] == {"running": 0, "queued": 0, "next_start_at": None}
 
 
 def test_limits__patch_sets_the_rate_the_next_start_takes(make_user, client_for, limited):

@@ -57,6 +57,8 @@ def test_concurrency__the_pass_that_ends_the_holder_admits_the_next_and_prompts_
     orchestrate(first)
 
     assert _statuses(first, second) == [RunStatus.COMPLETED, RunStatus.RUNNING]
+    # The list's column says what the admitted run waits on now: its first pass.
+    assert load_run(second).waiting_on == "pass"
     assert (second,) in [args for _, args in queued_tasks()]
     assert list(WorkflowSlot.objects.values_list("run_id", flat=True)) == [load_run(second).pk]
     drain_queue()

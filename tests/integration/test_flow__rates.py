@@ -60,6 +60,7 @@ def test_rate__the_timer_loop_admits_a_run_once_its_time_came():
     assert load_run(second).status == RunStatus.QUEUED
 
     wait_until(lambda: fire_due_timers() and load_run(second).status == RunStatus.RUNNING)
+    assert load_run(second).waiting_on == "pass"  # the list's column: its first pass next
 
     drain_queue()
     assert [load_run(first).status, load_run(second).status] == [RunStatus.COMPLETED] * 2

@@ -13,11 +13,12 @@ from django.utils import timezone
 
 from ...exceptions import LimitNotFound
 from ...flow import Limit, parse_rate
-from ...models import WorkflowLimit, WorkflowRate, WorkflowRun
+from ...models import WorkflowLimit, WorkflowRate, WorkflowRun, WorkflowSlot
 from ...querysets import DatabaseNow
 from ...registry import registry
 from ...status import RunStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
+from ..store.limit_slots import limit_rule
 from .users import checked_user
 
 
@@ -46,8 +47,9 @@ def mirror_code_limits() -> None:
 
 
 def get_limit(name: str) -> dict[str, Any]:
-    """`{name, rate, burst, managed_by, code: {rate, burst} | None, usage: {queued,
-    next_start_at}}`; LimitNotFound for a name neither the code nor an operator defined."""
+    """`{name, rate, burst, max_running, managed_by, code: {rate, burst, max_running} | None,
+    usage: {running, queued, next_start_at}}`; LimitNotFound for a name neither the code nor an
+    operator defined. `max_running` is the code's (an operator edits the rate)."""
     checked_text(name, "A limit name", max_length=NAME_MAX_LENGTH)
     row = WorkflowLimit.objects.filter(name=name, managed_by=WorkflowLimit.ManagedBy.ADMIN).first()
     defined = registry.limits.get(name)
@@ -59,6 +61,7 @@ def get_limit(name: str) -> dict[str, Any]:
         "name": name,
         "rate": rate,
         "burst": burst,
+        "max_running": defined.max_running if defined else None,
         "managed_by": WorkflowLimit.ManagedBy.ADMIN if row else WorkflowLimit.ManagedBy.CODE,
         "code": code,
         "usage": _usage(name, rate, burst),
@@ -94,14 +97,19 @@ def update_limit(
 def _code_rate(defined: Limit | None) -> dict[str, Any] | None:
     if defined is None:
         return None
-    return {"rate": defined.rate_text, "burst": defined.rate.burst if defined.rate else 0}
+    return {
+        "rate": defined.rate_text,
+        "burst": defined.rate.burst if defined.rate else 0,
+        "max_running": defined.max_running,
+    }
 
 
 def _usage(name: str, rate: str | None, burst: int) -> dict[str, Any]:
-    """Runs of the workflows naming the limit that a rate holds queued now, and when the next
-    start may begin (None: at once)."""
+    """Step attempts executing under the limit's max_running now, runs of the workflows naming
+    the limit that a rate holds queued now, and when the next start may begin (None: at once)."""
+    running = WorkflowSlot.objects.filter(rule=limit_rule(name)).count()
     if rate is None:
-        return {"queued": 0, "next_start_at": None}  # a max_running without a rate
+        return {"running": running, "queued": 0, "next_start_at": None}
     workflows = [d.name for d in registry.workflows.values() if name in d.limits]
     queued = WorkflowRun.objects.filter(
         Q(not_before__gt=DatabaseNow()), workflow__in=workflows, status=RunStatus.QUEUED
@@ -111,4 +119,5 @@ def _usage(name: str, rate: str | None, burst: int) -> dict[str, Any]:
     next_start = None if tat is None else tat - timedelta(milliseconds=parsed.tolerance_ms)
     if next_start is not None and next_start <= timezone.now():
         next_start = None
-    return {"queued": queued, "next_start_at": next_start.isoformat() if next_start else None}
+    next_start_at = next_start.isoformat() if next_start else None
+    return {"running": running, "queued": queued, "next_start_at": next_start_at}

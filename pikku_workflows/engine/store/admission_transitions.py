@@ -156,6 +156,7 @@ def _admit_in_one_statement(workflow: str, key: str, rule: str, max_active: int)
         "max_active": max_active,
         "run_queued": RunStatus.QUEUED,
         "run_running": RunStatus.RUNNING,
+        "waiting_pass": WaitingKind.PASS,
     }
     with connection.cursor() as cursor:
         cursor.execute(STATEMENTS["admit_queued"], params)
@@ -211,6 +212,7 @@ def admit_due(limit: int) -> int:
                 "limit": limit,
                 "run_queued": RunStatus.QUEUED,
                 "run_running": RunStatus.RUNNING,
+                "waiting_pass": WaitingKind.PASS,
             }
             with connection.cursor() as cursor:
                 cursor.execute(STATEMENTS["admit_due"], params)

@@ -4,15 +4,17 @@
 
 -- name: admit_queued
 -- Admit as many queued runs of %(workflow)s with key %(key)s as rule %(rule)s has free slots
--- (%(max_active)s less those held): each moves queued -> running and takes its slot, counted,
--- in this one statement. Returns the admitted runs' ids.
+-- (%(max_active)s less those held): each moves queued -> running (waiting on its first pass,
+-- %(waiting_pass)s) and takes its slot, counted, in this one statement. Returns the admitted
+-- runs' ids.
 WITH room AS (
     SELECT GREATEST(%(max_active)s::integer - held, 0) AS room FROM {slot_count}
     WHERE rule = %(rule)s::text AND key = %(key)s::text
 ),
 chosen AS ({queued_runs_of_key}),
 admitted AS (
-    UPDATE {run} AS run SET status = %(run_running)s, updated_at = clock_timestamp()
+    UPDATE {run} AS run SET status = %(run_running)s, waiting_on = %(waiting_pass)s,
+        updated_at = clock_timestamp()
     FROM chosen WHERE run.id = chosen.id AND run.status = %(run_queued)s
     RETURNING run.id
 ),
@@ -37,8 +39,10 @@ FROM freed WHERE counted.rule = freed.rule AND counted.key = freed.key
 
 -- name: admit_due
 -- Admit the queued runs without a concurrency key whose not_before came (claims.sql
--- `due_queued_runs`): queued -> running in this one statement. Returns their ids.
+-- `due_queued_runs`): queued -> running (waiting on its first pass, %(waiting_pass)s) in this
+-- one statement. Returns their ids.
 WITH due AS ({due_queued_runs})
-UPDATE {run} AS run SET status = %(run_running)s, updated_at = clock_timestamp()
+UPDATE {run} AS run SET status = %(run_running)s, waiting_on = %(waiting_pass)s,
+    updated_at = clock_timestamp()
 FROM due WHERE run.id = due.id AND run.status = %(run_queued)s
 RETURNING run.id
