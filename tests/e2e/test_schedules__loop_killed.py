@@ -65,9 +65,13 @@ def _firing_backends(statement: str) -> list[int]:
 
 
 def test_firing__a_loop_killed_mid_batch_leaves_nothing_and_each_tick_fires_once():
-    for index in range(SCHEDULES):
-        pw.create_schedule(f"s{index:02d}", "e2e.nap", every="1m", overlap="allow_all")
+    # Hourly from this minute: a test that straddles a minute's end must not find each
+    # schedule's next tick due as well (its catch-up would record the one fired now as missed).
     nominal = minute_floor(database_now())
+    for index in range(SCHEDULES):
+        pw.create_schedule(
+            f"s{index:02d}", "e2e.nap", every="1h", start_at=nominal, overlap="allow_all"
+        )
     WorkflowSchedule.objects.update(next_nominal_at=nominal, next_fire_at=nominal)
     messages_before = OrmQ.objects.count()
     _slow_tick_inserts()
