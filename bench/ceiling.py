@@ -16,8 +16,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.inline import database_url, recreate_database  # noqa: E402 - the benches' own
 
 SCHEMA = """
 DROP TABLE IF EXISTS ceiling_events, ceiling_history, ceiling_steps, ceiling_runs;
@@ -71,20 +77,10 @@ SELECT id, last_event_seq, 'step_started', 's' || :key FROM run;
 """
 
 
-def database_url(server: str, name: str) -> str:
-    parts = urlsplit(server)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
-
-
 def recreate(server: str, name: str) -> None:
     import psycopg
-    from psycopg import sql
 
-    with psycopg.connect(database_url(server, "postgres"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    recreate_database(server, name)
     with psycopg.connect(database_url(server, name), autocommit=True) as conn:
         conn.execute(SCHEMA)
 
