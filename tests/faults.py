@@ -56,7 +56,7 @@ def refused(
 @contextlib.contextmanager
 def slowed(table: str, *, seconds: float, on: str = "INSERT", when: str = "true") -> Iterator[None]:
     """While inside, every `on` statement's row of `table` for which the SQL condition `when`
-    (over NEW) holds sleeps `seconds` first (a BEFORE trigger, committed at once): the writing
+    (over NEW, or OLD for a DELETE) holds sleeps `seconds` first (a BEFORE trigger, committed at once): the writing
     transaction stays open that long, waiting as `PgSleep` in pg_stat_activity
     (`sleeping_backends`), so a test can kill its process right inside it."""
     name = f"pikku_slow_{table}_{on.lower()}"
@@ -66,6 +66,9 @@ def slowed(table: str, *, seconds: float, on: str = "INSERT", when: str = "true"
             BEGIN
                 IF {when} THEN
                     PERFORM pg_sleep({float(seconds)});
+                END IF;
+                IF TG_OP = 'DELETE' THEN
+                    RETURN OLD;
                 END IF;
                 RETURN NEW;
             END $$"""
@@ -89,6 +92,19 @@ def sleeping_backends() -> int:
             " AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
         )
         return cursor.fetchone()[0]
+
+
+def busy_backends(statement: str = "") -> list[int]:
+    """The other connections to this database running a statement that starts with `statement`
+    (any, by default): a killed client's backend is among them until it notices and rolls back."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+            "AND state <> 'idle' AND query LIKE %s",
+            [f"{statement}%"],
+        )
+        return [pid for (pid,) in cursor.fetchall()]
 
 
 def database_now() -> datetime:

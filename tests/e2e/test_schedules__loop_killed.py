@@ -11,7 +11,6 @@ import sys
 from collections import Counter
 
 import pytest
-from django.db import connection
 from django_q.models import OrmQ
 
 import pikku_workflows as pw
@@ -20,6 +19,7 @@ from pikku_workflows.engine.operations.schedule_firing import fire_due_schedules
 from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
 from tests.conftest import wait_until
 from tests.e2e.conftest import REPO_ROOT, worker_database_url
+from tests.faults import busy_backends, slowed
 from tests.schedules import database_now, minute_floor
 
 pytestmark = [
@@ -33,37 +33,6 @@ TICK = WorkflowScheduleTick._meta.db_table
 SCHEDULES = 30
 
 
-def _slow_tick_inserts() -> None:
-    """Each inserted tick costs 100 ms (a trigger): the batch's one statement takes seconds,
-    long enough to be killed in the middle of."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE OR REPLACE FUNCTION pikku_slow_tick() RETURNS trigger LANGUAGE plpgsql "
-            "AS $$ BEGIN PERFORM pg_sleep(0.1); RETURN NEW; END $$"
-        )
-        cursor.execute(
-            f"CREATE TRIGGER pikku_slow_tick BEFORE INSERT ON {TICK} "
-            "FOR EACH ROW EXECUTE FUNCTION pikku_slow_tick()"
-        )
-
-
-def _drop_slow_tick_inserts() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER IF EXISTS pikku_slow_tick ON {TICK}")
-        cursor.execute("DROP FUNCTION IF EXISTS pikku_slow_tick()")
-
-
-def _firing_backends(statement: str) -> list[int]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
-            "AND state <> 'idle' AND query LIKE %s",
-            [f"{statement}%"],
-        )
-        return [pid for (pid,) in cursor.fetchall()]
-
-
 def test_firing__a_loop_killed_mid_batch_leaves_nothing_and_each_tick_fires_once():
     # Hourly from this minute: a test that straddles a minute's end must not find each
     # schedule's next tick due as well (its catch-up would record the one fired now as missed).
@@ -74,25 +43,26 @@ def test_firing__a_loop_killed_mid_batch_leaves_nothing_and_each_tick_fires_once
         )
     WorkflowSchedule.objects.update(next_nominal_at=nominal, next_fire_at=nominal)
     messages_before = OrmQ.objects.count()
-    _slow_tick_inserts()
-    loop = subprocess.Popen(
-        [sys.executable, "manage.py", "pikku_recover"],
-        cwd=REPO_ROOT,
-        env={
-            **os.environ,
-            "DATABASE_URL": worker_database_url(),
-            "PIKKU_EXTRA_WORKFLOW_MODULES": "tests.e2e.workflows",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: _firing_backends("WITH version"), 60, "the loop to be writing its batch")
-    finally:
-        loop.send_signal(signal.SIGKILL)
-        loop.wait(10)
-        wait_until(lambda: not _firing_backends(""), 30, "the killed loop's backend to end")
-        _drop_slow_tick_inserts()
+    # Each inserted tick costs 100 ms: the batch's one statement takes seconds, long enough to
+    # be killed in the middle of.
+    with slowed(TICK, seconds=0.1):
+        loop = subprocess.Popen(
+            [sys.executable, "manage.py", "pikku_recover"],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "DATABASE_URL": worker_database_url(),
+                "PIKKU_EXTRA_WORKFLOW_MODULES": "tests.e2e.workflows",
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: busy_backends("WITH version"), 60, "the loop to write its batch")
+        finally:
+            loop.send_signal(signal.SIGKILL)
+            loop.wait(10)
+            wait_until(lambda: not busy_backends(), 30, "the killed loop's backend to end")
 
     assert not WorkflowScheduleTick.objects.exists()
     assert not WorkflowRun.objects.exists()
