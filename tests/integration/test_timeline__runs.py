@@ -76,6 +76,17 @@ def test_timeline__a_retried_step_shows_every_attempt_in_order(flaky):
     assert (set(succeeded), succeeded["result"]) == (STEP_KEYS | {"result"}, {"charged": 5})
 
 
+def test_timeline__the_events_of_one_commit_share_its_moment(flaky):
+    run_id = pw.start_workflow("timeline.order", {"failures": 0, "retries": 0}, inline=True)
+
+    at = {(e["step_key"], e["event"]): e["at"] for e in pw.get_run_timeline(run_id)}
+
+    # The charge's success is kept for the statement that creates the ship step: one commit,
+    # however the numbering statement happened to visit its rows.
+    assert at["charge", "succeeded"] == at["ship", "pending"]
+    assert at["charge", "pending"] < at["charge", "succeeded"]
+
+
 def test_reconstruct_run_state__walks_a_retried_run_through_time(flaky):
     run_id = pw.start_workflow("timeline.order", {"failures": 1, "retries": 2}, inline=True)
     events = pw.get_run_timeline(run_id)
