@@ -170,6 +170,7 @@ class SwaggerView(SpectacularSwaggerView):
 class RedocView(SpectacularRedocView):
     url_name = SCHEMA_URL_NAME
     title = SCHEMA_SETTINGS["TITLE"]
+    template_name = "pikku_workflows/redoc.html"
 
     @extend_schema(exclude=True)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:

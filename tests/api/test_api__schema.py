@@ -101,17 +101,19 @@ def test_schema__covers_every_endpoint_of_the_api_and_nothing_else(client):
 @pytest.mark.parametrize(
     ("page", "asset"), [("swagger/", "swagger-ui-bundle.js"), ("redoc/", "redoc.standalone.js")]
 )
-def test_schema__docs_pages_load_their_assets_from_the_sidecar_not_a_cdn(client, page, asset):
+def test_schema__docs_pages_load_everything_from_this_site(client, page, asset):
     response = client.get(API + "schema/" + page)
 
     html = response.content.decode()
     assert response.status_code == 200
     assert "/static/drf_spectacular_sidecar/" in html
     assert asset in html
-    # Every script is served here: none is loaded from another host (the page's random CSRF
-    # token may spell "cdn", so look at the scripts' addresses, not the word).
+    # Every script, stylesheet and font is served here: none is loaded from another host (the
+    # page's random CSRF token may spell "cdn", so look at the addresses, not the word).
     scripts = re.findall(r"""<script[^>]*\ssrc=["']?([^"' >]+)""", html)
+    links = re.findall(r"""<link[^>]*\shref=["']?([^"' >]+)""", html)
     assert scripts and all(src.startswith("/") and not src.startswith("//") for src in scripts)
+    assert all(href.startswith("/") and not href.startswith("//") for href in links), links
     assert API + "schema/" in html
 
 
