@@ -113,3 +113,30 @@ def test_rate__a_start_under_one_limit_costs_one_statement_more_than_without():
 def test_define_limit__a_bad_rate_or_burst_is_invalid_input(options, problem):
     with pytest.raises(pw.InvalidInput, match=problem):
         pw.define_limit("rates.bad", **options)
+
+
+def test_rate__a_held_run_suspended_and_resumed_waits_out_the_rest_of_its_time():
+    pw.define_limit("rates.slow", rate="60/h", burst=0)
+    _limited("rates.call", "rates.slow")
+    pw.start_workflow("rates.call", {"n": 1})
+    held = pw.start_workflow("rates.call", {"n": 2})
+    not_before = load_run(held).not_before
+
+    pw.suspend_run(held, reason="look first")
+    resumed = pw.resume_run(held)
+
+    # Back in the queue until the rate's time, not running ahead of it.
+    assert resumed["status"] == RunStatus.QUEUED
+    assert load_run(held).not_before == not_before
+    assert resumed["waiting_on"]["reason"] == "rate"
+    fire_due_timers()
+    assert load_run(held).status == RunStatus.QUEUED
+
+
+def test_rate__a_run_suspended_after_its_time_came_resumes_running():
+    pw.define_limit("rates.quick", rate="1000/s", burst=0)
+    _limited("rates.call", "rates.quick")
+    run_id = pw.start_workflow("rates.call", {"n": 1})
+    pw.suspend_run(run_id, reason="look first")
+
+    assert pw.resume_run(run_id)["status"] == RunStatus.RUNNING

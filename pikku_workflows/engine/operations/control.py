@@ -324,8 +324,15 @@ def _requeue_txn(pk: uuid.UUID, before: str) -> bool:
     """Put a suspended run that was never admitted back in its key's queue and admit what the
     key has room for; False when the run was admitted before it was suspended."""
     run = WorkflowRun.objects.filter(pk=pk).values("workflow", "concurrency_key").first()
-    if run is None or run["concurrency_key"] is None:
+    if run is None:
         return False
+    if run["concurrency_key"] is None:
+        # Held only by time (a rate's or a debounce's): back in the queue until that time, which
+        # the timer loop admits at; a time already past was its admission.
+        if not WorkflowRun.objects.filter(pk=pk, not_before__gt=DatabaseNow()).exists():
+            return False
+        move_run(pk, RunStatus.QUEUED, expected=[before], error=None, debounce_key=None)
+        return True
     workflow, key = run["workflow"], run["concurrency_key"]
     lock_admission_key_txn(rule_name(workflow), key)
     if held_slots(pk):
