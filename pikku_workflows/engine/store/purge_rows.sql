@@ -1,7 +1,8 @@
 -- The statements of a purge, one per table and foreign key the purge plan (purge_rows.py) reads
--- from the models' `_meta`: {table}, {pk} and {column} are quoted names from it, {among_ids} the
--- vendor's test of membership in the list %(ids)s. Each finds its rows by an index that leads
--- with {column} (the purge's tests check each).
+-- from the models' `_meta` (SQLite), or those as the sub-statements of one (`purge_runs`,
+-- PostgreSQL): {table}, {pk} and {column} are quoted names from it, {among_ids} the vendor's
+-- test of membership in the list %(ids)s. Each finds its rows by an index that leads with
+-- {column} (the purge's tests check each).
 
 -- name: delete_rows
 -- The rows of {table} with the ids %(ids)s, gone.
