@@ -47,7 +47,7 @@ def test_pikku_purge__killed_mid_batch_leaves_every_run_whole_or_wholly_gone():
         )
         try:
             wait_until(
-                lambda: WorkflowRunTombstone.objects.exists() and busy_backends("DELETE"),
+                lambda: WorkflowRunTombstone.objects.exists() and busy_backends("WITH tombstones"),
                 30,
                 "the purge to be deleting the rows of its second batch",
             )

@@ -8,7 +8,9 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
 from pikku_workflows.models import (
@@ -174,6 +176,33 @@ def test_purged_run__a_fork_of_it_stays_and_forgets_its_source():
 
     assert WorkflowRun.objects.get(pk=fork).forked_from_id is None
     assert WorkflowStep.objects.filter(run_id=fork, copied=True).exists()
+
+
+def test_purge__a_fork_purged_with_its_source_goes_whole():
+    source, fork = ended_order(1), ended_order(2)
+    WorkflowRun.objects.filter(pk=fork).update(forked_from_id=source)  # a fork that ended
+    age(source, days=40)
+    age(fork, days=40)
+
+    counts = pw.purge_runs(older_than="30d")
+
+    assert counts["runs"] == 4 and counts["batches"] == 1  # each order has a child
+    assert not WorkflowRun.objects.exists()
+    assert rows_naming([source, fork]) == {}
+
+
+@pytest.mark.postgres
+def test_purge__a_batch_deletes_leaves_tombstones_and_clears_in_one_statement_on_postgresql():
+    for n in range(3):
+        age(ended_order(n), days=40)
+
+    with CaptureQueriesContext(connection) as queries:
+        counts = pw.purge_runs(older_than="30d")
+
+    statements = [query["sql"].lstrip() for query in queries.captured_queries]
+    assert counts["runs"] == 6 and counts["batches"] == 1
+    assert [sql for sql in statements if sql.split()[0] in ("DELETE", "UPDATE", "INSERT")] == []
+    assert sum(sql.startswith("WITH tombstones AS (") for sql in statements) == 1
 
 
 def test_purge__a_dry_run_counts_and_deletes_nothing():

@@ -126,11 +126,18 @@ def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
     reads them): their tombstones written, every row the plan takes with them deleted, keys
     naming them from rows that stay cleared. Returns the rows deleted, by model name.
 
-    Parents go first, each table's delete returning the ids its children are found by (the
-    foreign keys are checked at commit, when none of them is left); a table whose rows no key
-    names is deleted without returning anything. Clears come last: only rows that stay still
-    name a purged row then."""
+    On PostgreSQL one statement does it all (`purge_runs`): the ids never leave the database.
+    On SQLite, one statement per table and key: parents go first, each table's delete returning
+    the ids its children are found by (the foreign keys are checked at commit, when none of them
+    is left); a table whose rows no key names is deleted without returning anything. Clears come
+    last: only rows that stay still name a purged row then."""
     assert transaction.get_connection().in_atomic_block
+    if connection.vendor == "postgresql":
+        return _purge_in_one_statement([row["id"] for row in runs])
+    return _purge_table_by_table(runs)
+
+
+def _purge_table_by_table(runs: list[dict[str, Any]]) -> dict[str, int]:
     plan = purge_plan()
     _write_tombstones(runs)
     doomed: dict[type[Model], set[Any]] = {WorkflowRun: {row["id"] for row in runs}}
@@ -150,6 +157,85 @@ def purge_rows_txn(runs: list[dict[str, Any]]) -> dict[str, int]:
     for reference in plan.clears:
         _run("clear_naming", reference.model, doomed[reference.target], reference)
     return {model._meta.model_name or "": count for model, count in deleted.items()}
+
+
+def _purge_in_one_statement(run_ids: list[Any]) -> dict[str, int]:
+    sql, counted = _one_statement()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"run_ids": run_ids})
+        counts = cursor.fetchone()
+    rows: dict[str, int] = {}
+    for model, count in zip(counted, counts, strict=True):
+        rows[model] = rows.get(model, 0) + int(count)
+    return rows
+
+
+@cache
+def _one_statement() -> tuple[str, tuple[str, ...]]:
+    """`purge_runs` composed from the plan: a delete per table and cascading key, named after
+    both, and a clear per key; and the model name of each delete's count, in order."""
+    plan = purge_plan()
+    deletes = {
+        "workflowrun_rows": BLOCKS["delete_runs_cte"].body.format_map(
+            {"name": "workflowrun_rows", **_names(WorkflowRun)}
+        )
+    }
+    deleted_by: dict[type[Model], list[str]] = {WorkflowRun: ["workflowrun_rows"]}
+    for model in plan.doomed[1:]:
+        for reference in plan.cascades_of(model):
+            name = _cte_name(reference)
+            deletes[name] = BLOCKS["delete_naming_cte"].body.format_map(
+                {
+                    "name": name,
+                    "named": _gone(deleted_by[reference.target]),
+                    **_names(model, reference),
+                }
+            )
+            deleted_by.setdefault(model, []).append(name)
+    clears = [
+        BLOCKS[
+            "clear_naming_of_kept_cte" if reference.model in deleted_by else "clear_naming_cte"
+        ].body.format_map(
+            {
+                "name": f"cleared_{_cte_name(reference)}",
+                "named": _gone(deleted_by[reference.target]),
+                "deleted": _gone(deleted_by.get(reference.model, [])),
+                **_names(reference.model, reference),
+            }
+        )
+        for reference in plan.clears
+    ]
+    sql = BLOCKS["purge_runs"].body.format_map(
+        {
+            "tombstone": quoted_table(WorkflowRunTombstone),
+            "run": quoted_table(WorkflowRun),
+            "deletes": ",\n".join(deletes.values()),
+            "clears": ",\n".join(clears),
+            "counts": ", ".join(f"(SELECT count(*) FROM {name})" for name in deletes),
+        }
+    )
+    model_of = {name: model for model, names in deleted_by.items() for name in names}
+    return sql, tuple(model_of[name]._meta.model_name or "" for name in deletes)
+
+
+def _cte_name(reference: Reference) -> str:
+    return f"{reference.model._meta.model_name}_by_{reference.field.column}"
+
+
+def _gone(ctes: list[str]) -> str:
+    return " UNION ALL ".join(f"SELECT gone FROM {name}" for name in ctes)
+
+
+def _names(model: type[Model], by: Reference | None = None) -> dict[str, str]:
+    """`{table}`, `{pk}` and `{column}` (`by`'s key, or the primary key) of `model`, quoted."""
+    pk = model._meta.pk
+    assert pk is not None and pk.column is not None
+    column = by.field.column if by is not None else pk.column
+    return {
+        "table": quoted_table(model),
+        "pk": connection.ops.quote_name(pk.column),
+        "column": connection.ops.quote_name(column),
+    }
 
 
 def _deleted_naming(reference: Reference, ids: set[Any]) -> set[Any]:
@@ -194,16 +280,8 @@ def _statement(
 ) -> tuple[str, dict[str, Any]]:
     """`block` for `model`: `{column}` is `by`'s key (or the primary key), `%(ids)s` the ids
     of the rows `by` names (or of `model`'s own rows)."""
-    pk = model._meta.pk
-    assert pk is not None and pk.column is not None
-    column = by.field.column if by is not None else pk.column
     sql = BLOCKS[block].body.format_map(
-        {
-            "table": quoted_table(model),
-            "pk": connection.ops.quote_name(pk.column),
-            "column": connection.ops.quote_name(column),
-            "among_ids": AMONG_IDS[connection.vendor],
-        }
+        {**_names(model, by), "among_ids": AMONG_IDS[connection.vendor]}
     )
     return sql, {"ids": _ids_parameter(by.target if by is not None else model, ids)}
 
