@@ -183,7 +183,7 @@ def _one_statement() -> tuple[str, tuple[str, ...]]:
     deleted_by: dict[type[Model], list[str]] = {WorkflowRun: ["workflowrun_rows"]}
     for model in plan.doomed[1:]:
         for reference in plan.cascades_of(model):
-            name = _cte_name(reference)
+            name = _cte_name("deleted", len(deletes), reference)
             deletes[name] = BLOCKS["delete_naming_cte"].body.format_map(
                 {
                     "name": name,
@@ -197,13 +197,13 @@ def _one_statement() -> tuple[str, tuple[str, ...]]:
             "clear_naming_of_kept_cte" if reference.model in deleted_by else "clear_naming_cte"
         ].body.format_map(
             {
-                "name": f"cleared_{_cte_name(reference)}",
+                "name": _cte_name("cleared", number, reference),
                 "named": _gone(deleted_by[reference.target]),
                 "deleted": _gone(deleted_by.get(reference.model, [])),
                 **_names(reference.model, reference),
             }
         )
-        for reference in plan.clears
+        for number, reference in enumerate(plan.clears)
     ]
     sql = BLOCKS["purge_runs"].body.format_map(
         {
@@ -218,8 +218,10 @@ def _one_statement() -> tuple[str, tuple[str, ...]]:
     return sql, tuple(model_of[name]._meta.model_name or "" for name in deletes)
 
 
-def _cte_name(reference: Reference) -> str:
-    return f"{reference.model._meta.model_name}_by_{reference.field.column}"
+def _cte_name(verb: str, number: int, reference: Reference) -> str:
+    """Numbered, so unique within PostgreSQL's 63 characters however long a model's names are;
+    the table and key follow, cut, for whoever reads the statement."""
+    return f"{verb}_{number}_{reference.model._meta.model_name}_by_{reference.field.column}"[:63]
 
 
 def _gone(ctes: list[str]) -> str:
