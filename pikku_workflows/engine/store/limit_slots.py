@@ -1,7 +1,8 @@
 """Named limits' `max_running`: a slot per executing step attempt, a row with a lease the
 heartbeat renews. Taken in the claim that starts the attempt (under the limit's count-row
-lock), freed when the attempt's code returns or once its lease lapsed; the transaction that
-frees a slot hands it to the oldest attempt waiting on the limit and dispatches it (no polling).
+lock), freed in the transaction that records the attempt's outcome (or once its lease lapsed);
+the transaction that frees a slot hands it to the oldest attempt waiting on the limit and
+dispatches it as it commits (no polling).
 """
 
 from __future__ import annotations
@@ -102,16 +103,24 @@ def wait_for_slot_txn(step: WorkflowStep, limit: Limit) -> None:
     step.admission_hold, step.wake_at = hold["admission_hold"], None
 
 
-def release_slots(step_id: Any, attempt: int) -> int:
-    """The attempt's code returned: free its limits' slots, each in the transaction that hands
-    it to the next waiting attempt. Returns how many it freed."""
+def release_slots_txn(step_id: Any, attempt: int) -> int:
+    """Inside the transaction that records the attempt's outcome (its step row written first:
+    a claim locks the step, then the limit): free its limits' slots, each handed to the next
+    waiting attempt, so the outcome and the freed slot commit together. Returns how many."""
+    assert transaction.get_connection().in_atomic_block
     freed = 0
     slots = WorkflowSlot.objects.filter(step_id=step_id, attempt=attempt)
     for rule in sorted(slots.values_list("rule", flat=True)):
-        with transaction.atomic():
-            lock_admission_key_txn(rule, LIMIT_KEY)
-            freed += _free_txn(slots.filter(rule=rule), rule)
+        lock_admission_key_txn(rule, LIMIT_KEY)
+        freed += _free_txn(slots.filter(rule=rule), rule)
     return freed
+
+
+def release_slots(step_id: Any, attempt: int) -> int:
+    """The attempt ended without its outcome being recorded (a newer attempt or a cancel
+    refused it): free its slots in a transaction of their own. Returns how many."""
+    with transaction.atomic():
+        return release_slots_txn(step_id, attempt)
 
 
 def free_lapsed_slots(limit: int) -> int:
