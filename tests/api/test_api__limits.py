@@ -72,3 +72,53 @@ def test_limits__a_bad_rate_is_400_an_unknown_limit_404_and_editing_needs_the_pe
     assert (unknown.status_code, unknown.json()["code"]) == (404, "LIMIT_NOT_FOUND")
     assert forbidden.status_code == 403
     assert not WorkflowLimit.objects.exists()
+
+
+@pytest.fixture
+def bounded() -> None:
+    pw.define_limit("api_limits.slots", max_running=2, rate="10/s")
+
+
+def test_limits__patch_sets_max_running_and_null_gives_the_code_s_back(
+    make_user, client_for, bounded
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    raised = editor.patch(API + "limits/api_limits.slots/", {"max_running": 5}, format="json")
+    read = editor.get(API + "limits/api_limits.slots/").json()
+    reset = editor.patch(API + "limits/api_limits.slots/", {"max_running": None}, format="json")
+
+    assert raised.status_code == 200, raised.content
+    assert (raised.json()["max_running"], raised.json()["managed_by"]) == (5, "admin")
+    assert read["max_running"] == 5
+    assert read["code"]["max_running"] == 2
+    assert (read["rate"], read["usage"]["running"]) == ("10/s", 0)
+    assert reset.status_code == 200, reset.content
+    assert reset.json()["max_running"] == 2
+    assert WorkflowLimit.objects.get(name="api_limits.slots").max_running is None
+
+
+@pytest.mark.parametrize("max_running", [0, -1, 1.5, "many", True, 100_001])
+def test_limits__a_bad_max_running_is_400_and_writes_nothing(
+    make_user, client_for, bounded, max_running
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    response = editor.patch(
+        API + "limits/api_limits.slots/", {"max_running": max_running, "burst": 4}, format="json"
+    )
+
+    assert (response.status_code, response.json()["code"]) == (400, "INVALID_INPUT")
+    assert not WorkflowLimit.objects.exists()
+
+
+def test_limits__max_running_on_a_limit_the_code_bounds_not_is_400_and_writes_nothing(
+    make_user, client_for, limited
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    response = editor.patch(API + "limits/api_limits.vendor/", {"max_running": 3}, format="json")
+
+    assert (response.status_code, response.json()["code"]) == (400, "INVALID_INPUT")
+    assert "no max_running in code" in response.json()["detail"]
+    assert not WorkflowLimit.objects.exists()

@@ -17,7 +17,7 @@ from django.db.models.functions import Greatest
 from ...dispatch import enqueue_orchestration, enqueue_step
 from ...exceptions import WorkflowDispatchException
 from ...flow import Limit
-from ...models import WorkflowSlot, WorkflowSlotCount, WorkflowStep
+from ...models import WorkflowLimit, WorkflowSlot, WorkflowSlotCount, WorkflowStep
 from ...outages import outages
 from ...querysets import DatabaseNow
 from ...registry import StepFunctionDefinition, registry
@@ -65,8 +65,7 @@ def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Lim
         if own.update(attempt=attempt, lease_expires_at=step_lease_until()):
             continue  # handed to this step while it waited
         held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
-        assert limit.max_running is not None
-        if held >= limit.max_running:
+        if held >= running_bound_txn(limit):
             for rule_taken in taken:
                 _free_txn(WorkflowSlot.objects.filter(step=step, rule=rule_taken), rule_taken)
             return limit
@@ -81,6 +80,28 @@ def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Lim
         _count(rule, +1)
         taken.append(rule)
     return None
+
+
+def running_bound_txn(limit: Limit) -> int:
+    """Inside a transaction holding the limit's count row: its `max_running` as it applies now,
+    an operator's (`set_running_bound_txn`) else the code's. Read under that lock, so a claim
+    or a hand-over judges by the bound an edit committed before it."""
+    assert limit.max_running is not None
+    edited = WorkflowLimit.objects.filter(
+        name=limit.name, managed_by=WorkflowLimit.ManagedBy.ADMIN, max_running__isnull=False
+    )
+    return edited.values_list("max_running", flat=True).first() or limit.max_running
+
+
+def set_running_bound_txn(limit: Limit, max_running: int | None) -> None:
+    """Inside the transaction that edits the limit's row: its operator's `max_running` (None:
+    the code's applies), written under the count row's lock, and the room a larger bound makes
+    handed to the waiting attempts at once. A smaller bound evicts no one: the attempts
+    executing finish, and no slot is handed out until fewer than the bound are held."""
+    rule = limit_rule(limit.name)
+    lock_admission_key_txn(rule, LIMIT_KEY)
+    WorkflowLimit.objects.filter(name=limit.name).update(max_running=max_running)
+    _hand_over_txn(rule)
 
 
 def wait_for_slot_txn(step: WorkflowStep, limit: Limit) -> None:
@@ -154,7 +175,7 @@ def _hand_over_txn(rule: str) -> None:
     if limit is None or limit.max_running is None:
         return
     held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
-    room = limit.max_running - held
+    room = running_bound_txn(limit) - held
     if room <= 0:
         return
     for step in lock_steps_waiting_for_slot_txn(limit.name, room):
