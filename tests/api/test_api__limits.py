@@ -122,3 +122,25 @@ def test_limits__max_running_on_a_limit_the_code_bounds_not_is_400_and_writes_no
     assert (response.status_code, response.json()["code"]) == (400, "INVALID_INPUT")
     assert "no max_running in code" in response.json()["detail"]
     assert not WorkflowLimit.objects.exists()
+
+
+def test_limits__a_rate_the_code_adds_after_an_edit_of_max_running_alone_applies(
+    make_user, client_for
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+    pw.define_limit("api_limits.later", max_running=2)
+    edited = editor.patch(API + "limits/api_limits.later/", {"max_running": 3}, format="json")
+    # A deploy gives the limit a rate: the operator's row has none, so the code's applies.
+    pw.define_limit("api_limits.later", max_running=2, rate="1/h")
+
+    @pw.workflow("api_limits.later_call", limits=["api_limits.later"])
+    def call(wf, input):
+        return input
+
+    starts = [pw.start_workflow("api_limits.later_call", {}) for _ in range(2)]
+    read = editor.get(API + "limits/api_limits.later/").json()
+
+    assert edited.status_code == 200, edited.content
+    assert (edited.json()["rate"], WorkflowLimit.objects.get().rate) == (None, "")
+    assert [WorkflowRun.objects.get(pk=s).status for s in starts] == ["running", "queued"]
+    assert (read["rate"], read["max_running"], read["usage"]["queued"]) == ("1/h", 3, 1)

@@ -57,7 +57,11 @@ def get_limit(name: str) -> dict[str, Any]:
     if row is None and defined is None:
         raise LimitNotFound(name)
     code = _code_rate(defined)
-    rate, burst = (row.rate or None, row.burst) if row else (code["rate"], code["burst"])  # type: ignore[index]
+    # A row with no rate (an edit of max_running alone) leaves the code's rate applying.
+    if row is not None and (row.rate or code is None):
+        rate, burst = row.rate or None, row.burst
+    else:
+        rate, burst = code["rate"], code["burst"]  # type: ignore[index]
     return {
         "name": name,
         "rate": rate,
