@@ -52,20 +52,22 @@ def holds_slots(definition: StepFunctionDefinition) -> bool:
 def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Limit | None:
     """Inside the claim's transaction (the step row locked): a slot of each limit for the
     attempt `attempt` about to start, leased; a slot already handed to the step (a freed slot
-    given to it while it waited) is kept, one its lapsed attempt left is freed first. Returns the first limit that is full, having given
-    back the slots this call took (the attempt must wait), else None."""
+    given to it while it waited) is kept, one its lapsed attempt left is freed first. Returns
+    the first limit that is full, having given back the slots this call took (the attempt must
+    wait), else None."""
     assert transaction.get_connection().in_atomic_block
     taken: list[str] = []
     for limit in limits:
         rule = limit_rule(limit.name)
-        lock_admission_key_txn(rule, LIMIT_KEY)
+        held = lock_admission_key_txn(rule, LIMIT_KEY)
         own = WorkflowSlot.objects.filter(step=step, rule=rule)
         # A lapsed attempt's slot goes to the steps waiting first, as the timer loop would.
-        _free_txn(own.filter(lease_expires_at__lt=DatabaseNow()), rule)
+        if _free_txn(own.filter(lease_expires_at__lt=DatabaseNow()), rule):
+            held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
         if own.update(attempt=attempt, lease_expires_at=step_lease_until()):
             continue  # handed to this step while it waited
-        held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
-        if held >= running_bound_txn(limit):
+        # Every bound is at least 1: a limit none of whose slots is held has room.
+        if held and held >= running_bound_txn(limit):
             for rule_taken in taken:
                 _free_txn(WorkflowSlot.objects.filter(step=step, rule=rule_taken), rule_taken)
             return limit
