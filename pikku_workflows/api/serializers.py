@@ -540,8 +540,8 @@ class LimitSerializer(serializers.Serializer):
     burst = serializers.IntegerField()
     max_running = serializers.IntegerField(
         allow_null=True,
-        help_text="At most this many of its step attempts execute at once (set in code); "
-        "null: no bound.",
+        help_text="At most this many of its step attempts execute at once (an operator's "
+        "bound, else the code's); null: no bound.",
     )
     managed_by = serializers.ChoiceField(
         choices=["code", "admin"], help_text="admin: an operator's edit wins over the code."
@@ -553,3 +553,10 @@ class LimitSerializer(serializers.Serializer):
 class LimitUpdateSerializer(serializers.Serializer):
     rate = serializers.CharField(required=False)
     burst = serializers.IntegerField(required=False, min_value=0)
+    max_running = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="At most this many of its step attempts execute at once, from now on (1 to "
+        "100000; only for a limit the code gives a max_running); null: the code's again. "
+        "Raised, it admits waiting attempts at once; lowered, it lets those executing finish.",
+    )

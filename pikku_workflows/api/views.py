@@ -556,6 +556,7 @@ class LimitViewSet(PikkuAPIMixin, viewsets.ViewSet):
 
     @documented(request=LimitUpdateSerializer, responses={200: LimitSerializer, **errors(400, 404)})
     def partial_update(self, request: Request, name: str) -> Response:
-        """Set the limit's rate and/or burst from the next start on (code deploys leave it)."""
+        """Set the limit's rate and/or burst from the next start on, and/or its max_running
+        from now on (code deploys leave them)."""
         body = validated(LimitUpdateSerializer, request.data)
         return Response(update_limit(name, by=request.user, **body))

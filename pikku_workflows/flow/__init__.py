@@ -6,7 +6,7 @@ limits and the rates that space their starts; the debounce rule that collapses b
 from __future__ import annotations
 
 from .debounce import Debounce, run_debounce_key
-from .limits import Limit, checked_limit_names
+from .limits import Limit, checked_limit_names, checked_max_running
 from .rates import ParsedRate, parse_rate, schedule_start
 from .rules import (
     Concurrency,
@@ -27,6 +27,7 @@ __all__ = [
     "Priority",
     "Rate",
     "checked_limit_names",
+    "checked_max_running",
     "checked_priority",
     "parse_rate",
     "rate_rule",

@@ -35,6 +35,20 @@ def define(
     if ":" in name:
         # A step function's own rate rows go under "step:<function>" beside the limits' rows.
         raise InvalidInput(f"A limit name must not contain a colon: {name!r}.")
+    bound = checked_max_running(max_running, name)
+    if rate is None:
+        if max_running is None:
+            raise InvalidInput(f"Limit {name!r} needs a rate, a max_running, or both.")
+        parse_rate("1/s", burst=burst, what=f"rate of limit {name!r}")  # the burst, checked
+        return Limit(name, None, None, bound)
+    parsed = parse_rate(rate, burst=burst, what=f"rate of limit {name!r}")
+    assert isinstance(rate, str)
+    return Limit(name, rate, parsed, bound)
+
+
+def checked_max_running(max_running: object, name: str) -> int | None:
+    """`max_running` of limit `name`: None, or a whole number from 1 to MAX_RUNNING; else
+    InvalidInput."""
     if max_running is not None and (
         isinstance(max_running, bool)
         or not isinstance(max_running, int)
@@ -44,14 +58,7 @@ def define(
             f"max_running of limit {name!r} must be a whole number from 1 to {MAX_RUNNING}, "
             f"not {max_running!r}."
         )
-    if rate is None:
-        if max_running is None:
-            raise InvalidInput(f"Limit {name!r} needs a rate, a max_running, or both.")
-        parse_rate("1/s", burst=burst, what=f"rate of limit {name!r}")  # the burst, checked
-        return Limit(name, None, None, max_running)
-    parsed = parse_rate(rate, burst=burst, what=f"rate of limit {name!r}")
-    assert isinstance(rate, str)
-    return Limit(name, rate, parsed, max_running)
+    return max_running
 
 
 def checked_limit_names(names: object, owner: str) -> tuple[str, ...]:

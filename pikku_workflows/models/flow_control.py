@@ -76,8 +76,9 @@ class WorkflowSlotCount(models.Model):
 
 
 class WorkflowLimit(models.Model):
-    """A named limit's rate as it applies now: code (`pw.define_limit`) writes its default
-    (`managed_by="code"`); an operator's edit (`managed_by="admin"`) wins over later deploys."""
+    """A named limit's rate (and max_running) as it applies now: code (`pw.define_limit`) writes
+    its default (`managed_by="code"`); an operator's edit (`managed_by="admin"`) wins over later
+    deploys."""
 
     class ManagedBy(models.TextChoices):
         CODE = "code", "Code"
@@ -86,6 +87,8 @@ class WorkflowLimit(models.Model):
     name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
     rate = models.CharField(max_length=32)
     burst = models.PositiveIntegerField(default=0)
+    # An operator's bound on the limit's executing step attempts; null: the code's applies.
+    max_running = models.PositiveIntegerField(null=True, blank=True)
     managed_by = models.CharField(max_length=8, choices=ManagedBy.choices, default=ManagedBy.ADMIN)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -72,3 +72,75 @@ def test_limits__a_bad_rate_is_400_an_unknown_limit_404_and_editing_needs_the_pe
     assert (unknown.status_code, unknown.json()["code"]) == (404, "LIMIT_NOT_FOUND")
     assert forbidden.status_code == 403
     assert not WorkflowLimit.objects.exists()
+
+
+@pytest.fixture
+def bounded() -> None:
+    pw.define_limit("api_limits.slots", max_running=2, rate="10/s")
+
+
+def test_limits__patch_sets_max_running_and_null_gives_the_code_s_back(
+    make_user, client_for, bounded
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    raised = editor.patch(API + "limits/api_limits.slots/", {"max_running": 5}, format="json")
+    read = editor.get(API + "limits/api_limits.slots/").json()
+    reset = editor.patch(API + "limits/api_limits.slots/", {"max_running": None}, format="json")
+
+    assert raised.status_code == 200, raised.content
+    assert (raised.json()["max_running"], raised.json()["managed_by"]) == (5, "admin")
+    assert read["max_running"] == 5
+    assert read["code"]["max_running"] == 2
+    assert (read["rate"], read["usage"]["running"]) == ("10/s", 0)
+    assert reset.status_code == 200, reset.content
+    assert reset.json()["max_running"] == 2
+    assert WorkflowLimit.objects.get(name="api_limits.slots").max_running is None
+
+
+@pytest.mark.parametrize("max_running", [0, -1, 1.5, "many", True, 100_001])
+def test_limits__a_bad_max_running_is_400_and_writes_nothing(
+    make_user, client_for, bounded, max_running
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    response = editor.patch(
+        API + "limits/api_limits.slots/", {"max_running": max_running, "burst": 4}, format="json"
+    )
+
+    assert (response.status_code, response.json()["code"]) == (400, "INVALID_INPUT")
+    assert not WorkflowLimit.objects.exists()
+
+
+def test_limits__max_running_on_a_limit_the_code_bounds_not_is_400_and_writes_nothing(
+    make_user, client_for, limited
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+
+    response = editor.patch(API + "limits/api_limits.vendor/", {"max_running": 3}, format="json")
+
+    assert (response.status_code, response.json()["code"]) == (400, "INVALID_INPUT")
+    assert "no max_running in code" in response.json()["detail"]
+    assert not WorkflowLimit.objects.exists()
+
+
+def test_limits__a_rate_the_code_adds_after_an_edit_of_max_running_alone_applies(
+    make_user, client_for
+):
+    editor = client_for(make_user("editor", "change_workflowlimit"))
+    pw.define_limit("api_limits.later", max_running=2)
+    edited = editor.patch(API + "limits/api_limits.later/", {"max_running": 3}, format="json")
+    # A deploy gives the limit a rate: the operator's row has none, so the code's applies.
+    pw.define_limit("api_limits.later", max_running=2, rate="1/h")
+
+    @pw.workflow("api_limits.later_call", limits=["api_limits.later"])
+    def call(wf, input):
+        return input
+
+    starts = [pw.start_workflow("api_limits.later_call", {}) for _ in range(2)]
+    read = editor.get(API + "limits/api_limits.later/").json()
+
+    assert edited.status_code == 200, edited.content
+    assert (edited.json()["rate"], WorkflowLimit.objects.get().rate) == (None, "")
+    assert [WorkflowRun.objects.get(pk=s).status for s in starts] == ["running", "queued"]
+    assert (read["rate"], read["max_running"], read["usage"]["queued"]) == ("1/h", 3, 1)

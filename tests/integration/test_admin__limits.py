@@ -70,3 +70,23 @@ def test_limits__a_bad_rate_is_a_form_error_and_changes_nothing(admin_client, li
     assert 'must look like "10/s"' in unescape(response.content.decode())
     row.refresh_from_db()
     assert (row.rate, row.managed_by) == ("1/h", "code")
+
+
+def test_limits__max_running_is_edited_in_the_form_and_a_bad_one_changes_nothing(admin_client):
+    pw.define_limit("admin_limits.slots", max_running=2)
+    admin_client.get(CHANGELIST)
+    row = WorkflowLimit.objects.get(name="admin_limits.slots")
+    change = reverse("admin:pikku_workflows_workflowlimit_change", args=[row.pk])
+
+    bad = admin_client.post(change, {"rate": "", "burst": "0", "max_running": "0"})
+    row.refresh_from_db()
+    unchanged = (row.max_running, row.managed_by)
+    good = admin_client.post(change, {"rate": "", "burst": "0", "max_running": "4"})
+
+    assert bad.status_code == 200
+    assert "max_running of limit 'admin_limits.slots' must be" in unescape(bad.content.decode())
+    assert unchanged == (None, "code")
+    assert good.status_code == 302, good.content.decode()[:2000]
+    row.refresh_from_db()
+    assert (row.max_running, row.managed_by, row.rate) == (4, "admin", "")
+    assert "0 / 4" in unescape(admin_client.get(CHANGELIST).content.decode())

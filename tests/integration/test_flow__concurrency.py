@@ -17,6 +17,7 @@ from tests.rows import load_run
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
+SLOT_COUNT = '"pikku_workflows_workflowslotcount"'
 
 
 def _register(name: str, **rule) -> None:
@@ -174,6 +175,28 @@ def test_concurrency__a_start_with_a_rule_costs_one_statement_more_than_without(
         pw.start_workflow("flow.ruled", {"tenant": "a"})
 
     assert len(ruled) <= len(plain) + 1, [q["sql"][:80] for q in ruled]
+
+
+def test_concurrency__the_pass_that_ends_a_run_with_a_rule_costs_three_statements_more():
+    # Its key's count row locked (before the run row), its slot freed and uncounted, the runs
+    # queued on the key admitted into the room: the key is locked once, not again to admit.
+    @pw.workflow("flow.free")
+    def free(wf, input):
+        return input
+
+    _register("flow.ruled", max_active=2)
+    plain_run = pw.start_workflow("flow.free", {"tenant": "a"})
+    ruled_run = pw.start_workflow("flow.ruled", {"tenant": "a"})
+
+    with CaptureQueriesContext(connection) as plain:
+        orchestrate(plain_run)
+    with CaptureQueriesContext(connection) as ruled:
+        orchestrate(ruled_run)
+
+    assert _statuses(plain_run, ruled_run) == [RunStatus.COMPLETED] * 2
+    assert len(ruled) == len(plain) + 3, [q["sql"][:80] for q in ruled]
+    locks = [q for q in ruled if q["sql"].startswith(f"INSERT INTO {SLOT_COUNT}")]
+    assert len(locks) == 1, [q["sql"][:80] for q in locks]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pikku_workflows as pw
+from pikku_workflows.engine.operations.limits import update_limit
 from pikku_workflows.engine.operations.step_execution import execute_queued_step
 from pikku_workflows.models import WorkflowSlot, WorkflowSlotCount
 from pikku_workflows.status import RunStatus, StepStatus
@@ -145,3 +146,91 @@ def test_max_running__an_async_attempt_holds_its_slot_while_it_awaits_and_frees_
     assert seen == [1]
     assert not WorkflowSlot.objects.exists()
     assert WorkflowSlotCount.objects.get(rule="limit:slots.async_vendor").held == 0
+
+
+def _roles_calling(name: str, function: str, roles) -> None:
+    """A step function whose attempts act by their data's role, and a workflow calling it."""
+    pw.step_function(function, inline=False, limits=["slots.vendor"])(
+        lambda data, ctx: roles[data["role"]](data)
+    )
+    _workflow_calling(name, function)
+
+
+def _slot_runs() -> list[str]:
+    return sorted(str(run_id) for run_id in WorkflowSlot.objects.values_list("run_id", flat=True))
+
+
+def test_max_running__raised_at_run_time_hands_its_new_slots_to_the_waiting_attempts_at_once(
+    settings,
+):
+    settings.PIKKU_WORKFLOWS = {**settings.PIKKU_WORKFLOWS, "IN_PLACE": False}
+    pw.define_limit("slots.vendor", max_running=1)
+    seen: dict[str, object] = {}
+
+    def holder(data):
+        for other in data["others"]:
+            execute_queued_step(other, "call")  # the only slot is this attempt's: they wait
+        seen["waiting_before"] = [load_step(o, "call").admission_hold for o in data["others"]]
+        messages_before = len(queued_tasks())
+        update_limit("slots.vendor", max_running=3)
+        seen["slots"] = _slot_runs()
+        seen["waiting_after"] = [load_step(o, "call").admission_hold for o in data["others"]]
+        seen["messages"] = queued_tasks()[messages_before:]
+        return "held"
+
+    _roles_calling("slots.sync", "slots.roles", {"holder": holder, "waiter": lambda data: "ran"})
+    others = [pw.start_workflow("slots.sync", {"role": "waiter"}) for _ in range(2)]
+    first = pw.start_workflow("slots.sync", {"role": "holder", "others": others})
+    for run_id in [*others, first]:
+        orchestrate(run_id)
+
+    execute_queued_step(first, "call")
+
+    assert all(hold and hold["limit"] == "slots.vendor" for hold in seen["waiting_before"])
+    # The edit's own transaction gave both waiting steps a slot and their messages.
+    assert seen["slots"] == sorted([first, *others])
+    assert seen["waiting_after"] == [None, None]
+    assert sorted(seen["messages"]) == sorted((EXECUTE_STEP, (o, "call")) for o in others)
+    drain_queue()
+    assert {load_run(r).status for r in [first, *others]} == {RunStatus.COMPLETED}
+    assert WorkflowSlotCount.objects.get(rule="limit:slots.vendor").held == 0
+
+
+def test_max_running__lowered_at_run_time_lets_its_holders_finish_and_admits_no_one_until_below(
+    settings,
+):
+    settings.PIKKU_WORKFLOWS = {**settings.PIKKU_WORKFLOWS, "IN_PLACE": False}
+    pw.define_limit("slots.vendor", max_running=2)
+    seen: dict[str, object] = {}
+
+    def first_holder(data):
+        execute_queued_step(data["second"], "call")  # the second slot: it runs inside this
+        # The second holder ended: one slot held, the new bound is 1, so no one is admitted.
+        seen["after_second"] = (_slot_runs(), load_step(data["waiter"], "call").admission_hold)
+        return "first"
+
+    def second_holder(data):
+        update_limit("slots.vendor", max_running=1)
+        execute_queued_step(data["waiter"], "call")  # 2 held, bound 1: it waits
+        seen["after_lowering"] = (_slot_runs(), load_step(data["waiter"], "call").status)
+        return "second"
+
+    roles = {"first": first_holder, "second": second_holder, "waiter": lambda data: "ran"}
+    _roles_calling("slots.sync", "slots.roles", roles)
+    waiter = pw.start_workflow("slots.sync", {"role": "waiter"})
+    second = pw.start_workflow("slots.sync", {"role": "second", "waiter": waiter})
+    first = pw.start_workflow("slots.sync", {"role": "first", "second": second, "waiter": waiter})
+    for run_id in (waiter, second, first):
+        orchestrate(run_id)
+
+    execute_queued_step(first, "call")
+
+    # Lowering evicted no one: both holders kept their slots and the waiter waited.
+    assert seen["after_lowering"] == (sorted([first, second]), StepStatus.PENDING)
+    slots, hold = seen["after_second"]
+    assert slots == [first]
+    assert hold["limit"] == "slots.vendor"
+    # The first holder's end brought usage below the bound: the waiter holds the slot now.
+    assert _slot_runs() == [waiter]
+    drain_queue()
+    assert load_run(waiter).status == RunStatus.COMPLETED

@@ -47,9 +47,11 @@ def call_async_user_code(
     """`call_user_code` for an async step function: awaited on `loop`, outside any transaction."""
     try:
         return loop.run(_attempt(step, func, args))
-    finally:
-        # Out of the loop: the database is not for its coroutines' thread while it runs.
+    except BaseException:
+        # No outcome will be recorded (its slots go with it otherwise); out of the loop: the
+        # database is not for its coroutines' thread while it runs.
         free_limit_slots(step)
+        raise
 
 
 def run_together_in_pass(rp: ReplayPass, attempts: list[AsyncAttempt]) -> None:
@@ -57,9 +59,10 @@ def run_together_in_pass(rp: ReplayPass, attempts: list[AsyncAttempt]) -> None:
     they were reached (fenced by attempt: a pass that lost the run records nothing more)."""
     try:
         outcomes = rp.event_loop.run(_together(attempts))
-    finally:
+    except BaseException:
         for attempt in attempts:
-            free_limit_slots(attempt.step)
+            free_limit_slots(attempt.step)  # no outcome will be recorded
+        raise
     for attempt, outcome in zip(attempts, outcomes, strict=True):
         finish_in_pass(rp, attempt.step, outcome, attempt.policy)
 

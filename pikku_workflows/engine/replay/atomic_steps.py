@@ -4,7 +4,8 @@ in one transaction on the engine's database, ended by the attempt-fenced write o
 
 An attempt superseded meanwhile (its lease lapsed and another attempt claimed the step) writes
 nothing: its fenced write refuses, which rolls the user's writes back with it. A raised error
-or a timeout rolls them back too; that failure is then recorded in its own transaction.
+or a timeout rolls them back too; that failure is then recorded in its own transaction. The
+attempt's slots of a limit's `max_running` are freed in whichever transaction records it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...models import WorkflowStep
 from ...observability.log_context import logging_for_attempt
 from ...serialization import NotStorableJson, round_trip
 from ..store.leases import heartbeat
+from ..store.limit_slots import release_slots_txn
 from .attempts import (
     Outcome,
     free_limit_slots,
@@ -62,15 +64,20 @@ def call_atomically(
                 recorded = record_success(step, result, continue_as)
             except DataError as exc:
                 raise _Unstorable(str(exc)) from exc
+            release_slots_txn(step.pk, step.attempt)
     except (StepSuperseded, InvalidTransition):
-        raise  # rolled back: the attempt that owns the step now is the one that counts
+        # Rolled back: the attempt that owns the step now is the one that counts.
+        free_limit_slots(step)
+        raise
     except TimeLimitAlarm:
         return timed_out(step)
     except _Unstorable as exc:
         return Outcome(False, unstorable_error(step, str(exc)))
     except Exception as exc:
         return Outcome(False, user_error(step, exc))
+    except BaseException:
+        free_limit_slots(step)  # no outcome will be recorded: nothing else frees them
+        raise
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
-        free_limit_slots(step)
     return Outcome(True, result, recorded)

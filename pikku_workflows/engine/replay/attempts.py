@@ -22,6 +22,7 @@ from ... import events
 from ...control_flow import RunInterrupted, TimeLimitAlarm
 from ...exceptions import (
     InvalidInput,
+    InvalidTransition,
     RateLimited,
     StepLeaseExpired,
     StepResultNotSerializable,
@@ -47,6 +48,7 @@ from ..store.limit_slots import (
     bounded_limits,
     holds_slots,
     release_slots,
+    release_slots_txn,
     take_slots_txn,
     wait_for_slot_txn,
 )
@@ -285,9 +287,11 @@ def call_user_code(step: WorkflowStep, func: Callable[..., Any], args: tuple[Any
         return timed_out(step)
     except Exception as exc:
         return Outcome(False, user_error(step, exc))
+    except BaseException:
+        free_limit_slots(step)  # no outcome will be recorded: nothing else frees them
+        raise
     finally:
         heartbeat.drop_step(step.pk, step.attempt)
-        free_limit_slots(step)
     return stored_outcome(step, value)
 
 
@@ -305,10 +309,17 @@ def timed_out(step: WorkflowStep) -> Outcome:
     return Outcome(False, describe_error(error, step_key=step.step_key, traceback=False))
 
 
-def free_limit_slots(step: WorkflowStep) -> None:
-    """The attempt's code returned: it no longer counts against its limits' `max_running`."""
+def takes_slots(step: WorkflowStep) -> bool:
+    """Whether the step's attempts hold slots of a limit's `max_running` (freed as their
+    outcome is recorded)."""
     definition = registry.step_functions.get(step.function_name or "")
-    if definition is not None and holds_slots(definition):
+    return definition is not None and holds_slots(definition)
+
+
+def free_limit_slots(step: WorkflowStep) -> None:
+    """The attempt ended and no outcome of it will be recorded (refused, or its code escaped
+    with a signal): free its slots on their own."""
+    if takes_slots(step):
         release_slots(step.pk, step.attempt)
 
 
@@ -378,6 +389,23 @@ def record_outcome(
     """
     if outcome.recorded is not None:
         return outcome.recorded
+    if not takes_slots(step):
+        return _record_outcome(step, outcome, policy, continue_as)
+    attempt = step.attempt
+    try:
+        # The outcome and the freed slots (handed on to the waiting attempts) commit together.
+        with transaction.atomic():
+            recorded = _record_outcome(step, outcome, policy, continue_as)
+            release_slots_txn(step.pk, attempt)
+    except (StepSuperseded, InvalidTransition):
+        free_limit_slots(step)
+        raise
+    return recorded
+
+
+def _record_outcome(
+    step: WorkflowStep, outcome: Outcome, policy: RetryPolicy, continue_as: str | None
+) -> Recorded:
     if not outcome.succeeded:
         return _record_failure(step, outcome.value, policy, continue_as)
     try:
@@ -409,7 +437,10 @@ def finish_in_pass(
     next write instead (`create_next_step`, `record_kept`): one commit per step, not two. A
     gather's member is written at once: whether it settled the gather is judged as it commits."""
     record_kept(rp)
-    if outcome.succeeded and outcome.recorded is None and on_postgresql() and not step.gather_key:
+    # An attempt holding slots is recorded at once: its slots go with its outcome, not with
+    # whatever write the body makes next.
+    keeps = not step.gather_key and not takes_slots(step)
+    if outcome.succeeded and outcome.recorded is None and on_postgresql() and keeps:
         step.status, step.result = StepStatus.SUCCEEDED, outcome.value
         finished = timezone.now()
         note_attempt_end(step, finished)

@@ -117,7 +117,7 @@ def release_slots_txn(run_id: Any, slots: list[tuple[str, str]]) -> list[str]:
     admitted: list[str] = []
     for rule, key in slots:
         if rule.startswith(RULE_PREFIX):
-            admitted += admit_queued_txn(rule.removeprefix(RULE_PREFIX), key)
+            admitted += admit_queued_txn(rule.removeprefix(RULE_PREFIX), key, key_locked=True)
     return admitted
 
 
@@ -130,18 +130,22 @@ def hand_over_slots_txn(run_id: Any, successor_id: Any) -> None:
     WorkflowSlot.objects.filter(run_id=run_id, step__isnull=True).update(run_id=successor_id)
 
 
-def admit_queued_txn(workflow: str, key: str) -> list[str]:
+def admit_queued_txn(workflow: str, key: str, *, key_locked: bool = False) -> list[str]:
     """Admit the queued runs of `workflow` with `key` its rule has room for, earliest effective
-    start first; each gets a pass once this transaction commits. Returns their ids."""
+    start first; each gets a pass once this transaction commits. Returns their ids.
+    `key_locked`: this transaction holds the key's count row already (a run ending freed its
+    slot under it), so it is not locked again."""
     assert transaction.get_connection().in_atomic_block
     definition = registry.workflows.get(workflow)
     if definition is None or definition.concurrency is None:
         return []  # a rule gone from the code: recovery's sweep lets its queue go
     rule, max_active = rule_name(workflow), definition.concurrency.max_active
-    held = lock_admission_key_txn(rule, key)
+    if not key_locked:
+        lock_admission_key_txn(rule, key)
     if connection.vendor == "postgresql":
         admitted = _admit_in_one_statement(workflow, key, rule, max_active)
     else:
+        held = WorkflowSlotCount.objects.get(rule=rule, key=key).held
         admitted = _admit_one_by_one(workflow, key, rule, max_active - held)
     for run_id in admitted:
         prompt_orchestration(run_id)

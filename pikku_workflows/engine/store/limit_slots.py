@@ -1,7 +1,8 @@
 """Named limits' `max_running`: a slot per executing step attempt, a row with a lease the
 heartbeat renews. Taken in the claim that starts the attempt (under the limit's count-row
-lock), freed when the attempt's code returns or once its lease lapsed; the transaction that
-frees a slot hands it to the oldest attempt waiting on the limit and dispatches it (no polling).
+lock), freed in the transaction that records the attempt's outcome (or once its lease lapsed);
+the transaction that frees a slot hands it to the oldest attempt waiting on the limit and
+dispatches it as it commits (no polling).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from django.db.models.functions import Greatest
 from ...dispatch import enqueue_orchestration, enqueue_step
 from ...exceptions import WorkflowDispatchException
 from ...flow import Limit
-from ...models import WorkflowSlot, WorkflowSlotCount, WorkflowStep
+from ...models import WorkflowLimit, WorkflowSlot, WorkflowSlotCount, WorkflowStep
 from ...outages import outages
 from ...querysets import DatabaseNow
 from ...registry import StepFunctionDefinition, registry
@@ -51,21 +52,22 @@ def holds_slots(definition: StepFunctionDefinition) -> bool:
 def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Limit | None:
     """Inside the claim's transaction (the step row locked): a slot of each limit for the
     attempt `attempt` about to start, leased; a slot already handed to the step (a freed slot
-    given to it while it waited) is kept, one its lapsed attempt left is freed first. Returns the first limit that is full, having given
-    back the slots this call took (the attempt must wait), else None."""
+    given to it while it waited) is kept, one its lapsed attempt left is freed first. Returns
+    the first limit that is full, having given back the slots this call took (the attempt must
+    wait), else None."""
     assert transaction.get_connection().in_atomic_block
     taken: list[str] = []
     for limit in limits:
         rule = limit_rule(limit.name)
-        lock_admission_key_txn(rule, LIMIT_KEY)
+        held = lock_admission_key_txn(rule, LIMIT_KEY)
         own = WorkflowSlot.objects.filter(step=step, rule=rule)
         # A lapsed attempt's slot goes to the steps waiting first, as the timer loop would.
-        _free_txn(own.filter(lease_expires_at__lt=DatabaseNow()), rule)
+        if _free_txn(own.filter(lease_expires_at__lt=DatabaseNow()), rule):
+            held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
         if own.update(attempt=attempt, lease_expires_at=step_lease_until()):
             continue  # handed to this step while it waited
-        held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
-        assert limit.max_running is not None
-        if held >= limit.max_running:
+        # Every bound is at least 1: a limit none of whose slots is held has room.
+        if held and held >= running_bound_txn(limit):
             for rule_taken in taken:
                 _free_txn(WorkflowSlot.objects.filter(step=step, rule=rule_taken), rule_taken)
             return limit
@@ -80,6 +82,28 @@ def take_slots_txn(step: WorkflowStep, limits: list[Limit], attempt: int) -> Lim
         _count(rule, +1)
         taken.append(rule)
     return None
+
+
+def running_bound_txn(limit: Limit) -> int:
+    """Inside a transaction holding the limit's count row: its `max_running` as it applies now,
+    an operator's (`set_running_bound_txn`) else the code's. Read under that lock, so a claim
+    or a hand-over judges by the bound an edit committed before it."""
+    assert limit.max_running is not None
+    edited = WorkflowLimit.objects.filter(
+        name=limit.name, managed_by=WorkflowLimit.ManagedBy.ADMIN, max_running__isnull=False
+    )
+    return edited.values_list("max_running", flat=True).first() or limit.max_running
+
+
+def set_running_bound_txn(limit: Limit, max_running: int | None) -> None:
+    """Inside the transaction that edits the limit's row: its operator's `max_running` (None:
+    the code's applies), written under the count row's lock, and the room a larger bound makes
+    handed to the waiting attempts at once. A smaller bound evicts no one: the attempts
+    executing finish, and no slot is handed out until fewer than the bound are held."""
+    rule = limit_rule(limit.name)
+    lock_admission_key_txn(rule, LIMIT_KEY)
+    WorkflowLimit.objects.filter(name=limit.name).update(max_running=max_running)
+    _hand_over_txn(rule)
 
 
 def wait_for_slot_txn(step: WorkflowStep, limit: Limit) -> None:
@@ -102,16 +126,24 @@ def wait_for_slot_txn(step: WorkflowStep, limit: Limit) -> None:
     step.admission_hold, step.wake_at = hold["admission_hold"], None
 
 
-def release_slots(step_id: Any, attempt: int) -> int:
-    """The attempt's code returned: free its limits' slots, each in the transaction that hands
-    it to the next waiting attempt. Returns how many it freed."""
+def release_slots_txn(step_id: Any, attempt: int) -> int:
+    """Inside the transaction that records the attempt's outcome (its step row written first:
+    a claim locks the step, then the limit): free its limits' slots, each handed to the next
+    waiting attempt, so the outcome and the freed slot commit together. Returns how many."""
+    assert transaction.get_connection().in_atomic_block
     freed = 0
     slots = WorkflowSlot.objects.filter(step_id=step_id, attempt=attempt)
     for rule in sorted(slots.values_list("rule", flat=True)):
-        with transaction.atomic():
-            lock_admission_key_txn(rule, LIMIT_KEY)
-            freed += _free_txn(slots.filter(rule=rule), rule)
+        lock_admission_key_txn(rule, LIMIT_KEY)
+        freed += _free_txn(slots.filter(rule=rule), rule)
     return freed
+
+
+def release_slots(step_id: Any, attempt: int) -> int:
+    """The attempt ended without its outcome being recorded (a newer attempt or a cancel
+    refused it): free its slots in a transaction of their own. Returns how many."""
+    with transaction.atomic():
+        return release_slots_txn(step_id, attempt)
 
 
 def free_lapsed_slots(limit: int) -> int:
@@ -145,7 +177,7 @@ def _hand_over_txn(rule: str) -> None:
     if limit is None or limit.max_running is None:
         return
     held = WorkflowSlotCount.objects.get(rule=rule, key=LIMIT_KEY).held
-    room = limit.max_running - held
+    room = running_bound_txn(limit) - held
     if room <= 0:
         return
     for step in lock_steps_waiting_for_slot_txn(limit.name, room):

@@ -137,7 +137,9 @@ def _rate_params(limit: Limit, key: str) -> dict[str, Any]:
 
 
 def _applied_rate(limit: Limit) -> Any:
-    rows = WorkflowLimit.objects.filter(name=limit.name, managed_by=WorkflowLimit.ManagedBy.ADMIN)
+    rows = WorkflowLimit.objects.filter(
+        name=limit.name, managed_by=WorkflowLimit.ManagedBy.ADMIN
+    ).exclude(rate="")
     edited = rows.values("rate", "burst").first()
     return parse_rate(edited["rate"], burst=edited["burst"]) if edited else limit.rate
 

@@ -1,6 +1,7 @@
 -- name: limit_rate
 -- Fragment: the rate of limit %(limit_name)s as a one-row CTE `rate` (count, period_ms, burst):
--- its WorkflowLimit row's when an operator edited it (managed_by %(edited)s), else the code's.
+-- its WorkflowLimit row's when an operator edited it (managed_by %(edited)s) and the row has one
+-- (an edit of max_running alone on a limit with no rate left it empty), else the code's.
 edited AS (
     SELECT split_part(rate, '/', 1)::float8 AS count,
         CASE split_part(rate, '/', 2)
@@ -8,6 +9,7 @@ edited AS (
         END::float8 AS period_ms,
         burst::float8 AS burst
     FROM {limit} WHERE name = %(limit_name)s::text AND managed_by = %(edited)s::text
+        AND rate <> ''
 ),
 rate AS (
     SELECT * FROM edited
