@@ -11,11 +11,7 @@ prints figures a loaded machine does not blur much:
   a ratio above 1;
 - the share of the updates to the engine's tables that were HOT (`pg_stat_user_tables`).
 
-`--callgrind` runs the small K under valgrind's callgrind instead and prints the instructions of
-this process per step (repeatable under load; the server's are not counted).
-
     .venv/bin/python bench/step_cost.py
-    valgrind --tool=callgrind --collect-atstart=no .venv/bin/python bench/step_cost.py --callgrind
 
 The database `pikku_step_cost` is dropped and recreated at start (`--db`, `--server`).
 """
@@ -23,9 +19,9 @@ The database `pikku_step_cost` is dropped and recreated at start (`--db`, `--ser
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,7 +70,7 @@ def windows(run, k: int, window: int, pid: int) -> tuple[list[float], list[float
         run(k)
     finally:
         inline.PROBE = None
-    gaps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:], strict=False)]
+    gaps = [(b[0] - a[0], b[1] - a[1]) for a, b in itertools.pairwise(marks)]
     head, tail = gaps[:window], gaps[-window:]
     return (
         [sum(g[0] for g in head) / window / 1000, sum(g[0] for g in tail) / window / 1000],
@@ -106,8 +102,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--large-k", type=int, default=1000)
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--large-runs", type=int, default=3)
-    parser.add_argument("--callgrind", action="store_true")
-    parser.add_argument("--callgrind-runs", type=int, default=20)
     return parser.parse_args()
 
 
@@ -119,15 +113,6 @@ def main() -> None:
 
     for _ in range(3):
         run(args.small_k)
-    if args.callgrind:
-        toggle = ["callgrind_control", "-i"]
-        subprocess.run([*toggle, "on", str(os.getpid())], check=True, capture_output=True)
-        for _ in range(args.callgrind_runs):
-            run(args.small_k)
-        subprocess.run([*toggle, "off", str(os.getpid())], check=True, capture_output=True)
-        print(f"instrumented: {args.callgrind_runs} runs of K={args.small_k}; divide the")
-        print("callgrind total (callgrind_annotate) by the steps for instructions per step")
-        return
 
     for k in (args.small_k, args.large_k):
         statements, commits = statements_per_run(k)
@@ -155,9 +140,7 @@ def main() -> None:
         upd = after[name][1] - before[name][1]
         hot = after[name][2] - before[name][2]
         share = f"{hot / upd:.0%} HOT" if upd else "no updates"
-        print(
-            f"  {name}: {ins / steps:.2f} inserts, {upd / steps:.2f} updates per step ({share})"
-        )
+        print(f"  {name}: {ins / steps:.2f} inserts, {upd / steps:.2f} updates per step ({share})")
 
 
 if __name__ == "__main__":
