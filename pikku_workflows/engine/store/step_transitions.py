@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import BooleanField, F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.sql import UpdateQuery
@@ -297,8 +297,10 @@ def _new_step_params(
     step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None, dispatch: str | None
 ) -> dict[str, Any]:
     """The named parameters of `new_step_values` and `first_history_row` for `step`."""
+    # The connection itself, not the per-thread proxy each field would look it up through.
+    db = connections[DEFAULT_DB_ALIAS]
     params: dict[str, Any] = {
-        str(field.column): field.get_db_prep_save(field.pre_save(step, add=True), connection)
+        str(field.column): field.get_db_prep_save(field.pre_save(step, add=True), db)
         for field in WorkflowStep._meta.concrete_fields
         if field.column not in CLOCKED
     }
@@ -406,13 +408,14 @@ def _outcome_params(
     """The named parameters of `step_outcome_ctes` (prefixed: they share statements with a new
     step's)."""
     json_field = WorkflowStep._meta.get_field("result")
+    db = connections[DEFAULT_DB_ALIAS]
     params = {
         "step_id": step.pk,
         "attempt": step.attempt,
         "sources": [StepStatus.RUNNING],
         "status": target,
-        "result": json_field.get_db_prep_save(fields["result"], connection),
-        "error": json_field.get_db_prep_save(fields["error"], connection),
+        "result": json_field.get_db_prep_save(fields["result"], db),
+        "error": json_field.get_db_prep_save(fields["error"], db),
         "attempt_limit": fields["attempt_limit"],
         "branch_taken": fields["branch_taken"],
         "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,
