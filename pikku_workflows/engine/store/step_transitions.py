@@ -146,17 +146,16 @@ def update_recording_success(
     StepSuperseded (nothing written) when a newer attempt owns the step."""
     fields = _success_fields(after)
     named = _outcome_params(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
-    ctes, names = _positional(STATEMENTS["step_outcome_ctes"])
+    statement, names = _positional(STATEMENTS["record_outcome_and_update_run"])
     moved = RawSQL("EXISTS (SELECT 1 FROM moved)", (), output_field=BooleanField())
     query = cast(UpdateQuery, runs.filter(moved).query.chain(UpdateQuery))
     query.add_update_values(values)
     update, update_params = query.get_compiler(connection.alias).as_sql()
-    sql = (
-        f"WITH {ctes}, ended AS ({update} RETURNING 1) "
-        "SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ended)"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [named[name] for name in names] + list(update_params))
+        cursor.execute(
+            statement.replace("{run_update}", update),
+            [named[name] for name in names] + list(update_params),
+        )
         step_moved, updated = cursor.fetchone()
     if not step_moved:
         _raise_refused(after.step, StepStatus.SUCCEEDED)
