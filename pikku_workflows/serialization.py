@@ -5,6 +5,7 @@ is too large to store (`MAX_PAYLOAD_BYTES`). What Django models hold (`Decimal`,
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -45,6 +46,10 @@ def round_trip(value: Any, *, name: str = "the value", instance_hint: str = "") 
     value's own name: `input['user'] is a User: pass its pk`, then `instance_hint` for a model
     instance).
     """
+    if pikku_settings.MAX_PAYLOAD_BYTES >= _PLAIN_BYTES:
+        copied = _plain_copy(value, [_PLAIN_PARTS])
+        if copied is not _NOT_PLAIN:
+            return copied
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, cls=DjangoJSONEncoder)
     except RecursionError:
@@ -69,6 +74,49 @@ def round_trip(value: Any, *, name: str = "the value", instance_hint: str = "") 
     if text.count("[") + text.count("{") > MAX_NESTING_DEPTH:
         check_nesting(decoded)
     return decoded
+
+
+# A value of at most _PLAIN_PARTS parts, each one JSON reads back as it was written, is copied
+# instead of encoded and decoded (a step's small input or result, every step). Its encoding is
+# at most _PLAIN_BYTES (a character escapes to at most 6), so a MAX_PAYLOAD_BYTES below that
+# turns the shortcut off.
+_PLAIN_PARTS = 64
+_PLAIN_TEXT = 256
+_PLAIN_INT = 2**53
+_PLAIN_BYTES = _PLAIN_PARTS * (6 * _PLAIN_TEXT + 8)
+_NOT_PLAIN = object()
+
+
+def _plain_copy(value: Any, budget: list[int]) -> Any:
+    """A copy of `value` when the JSON round trip would give it back unchanged (dicts with string
+    keys, lists, ASCII strings without NUL, whole numbers, finite floats, booleans, None; within
+    the budget of parts), else _NOT_PLAIN."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return _NOT_PLAIN
+    kind = type(value)
+    if value is None or kind is bool:
+        return value
+    if kind is str:
+        plain = len(value) <= _PLAIN_TEXT and value.isascii() and "\x00" not in value
+        return value if plain else _NOT_PLAIN
+    if kind is int:
+        return value if -_PLAIN_INT < value < _PLAIN_INT else _NOT_PLAIN
+    if kind is float:
+        return value if math.isfinite(value) else _NOT_PLAIN
+    if kind is list:
+        items = [_plain_copy(item, budget) for item in value]
+        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    if kind is dict:
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str or _plain_copy(key, budget) is _NOT_PLAIN:
+                return _NOT_PLAIN
+            copy[key] = _plain_copy(item, budget)
+            if copy[key] is _NOT_PLAIN:
+                return _NOT_PLAIN
+        return copy
+    return _NOT_PLAIN
 
 
 def loads_json(text: str | bytes) -> Any:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
+from pikku_workflows.engine.replay.attempts import claim_next_attempt
 from pikku_workflows.engine.replay.orchestrator import orchestrate
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory, WorkflowVersion
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.concurrency.harness import elsewhere
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -194,17 +197,17 @@ def test_replay__an_inline_start_reads_nothing_it_has_just_written():
     statements = _statements_to_run("replay.one_step", 1)
 
     # The run is inserted already leased to the starting call (with its version row, in one
-    # statement), and the write that completes it also releases the lease: no read of the run,
-    # no lease round trips, no parent to notify.
+    # statement), and the write that completes it records the step's result and releases the
+    # lease: no read of the run, no lease round trips, no parent to notify.
     prefixes = [
         "WITH version",  # upsert the version row, insert the run
         "WITH guard",  # the step, straight into running
-        "WITH moved",  # its result
-        'UPDATE "pikku_workflows_workflowrun" SET "status" = \'completed\'',
+        "WITH moved",  # its result, and the run completed
     ]
     assert len(statements) == len(prefixes), "\n".join(statements)
     for statement, prefix in zip(statements, prefixes, strict=True):
         assert statement.lstrip().startswith(prefix), statement
+    assert 'UPDATE "pikku_workflows_workflowrun" SET "status" = \'completed\'' in statements[2]
     assert 'INSERT INTO "pikku_workflows_workflowrun"' in statements[0]
     assert WorkflowVersion.objects.filter(name="replay.one_step").count() == 1
     run = WorkflowRun.objects.get()
@@ -214,3 +217,26 @@ def test_replay__an_inline_start_reads_nothing_it_has_just_written():
         None,
         None,
     )
+
+
+def test_replay__the_completing_write_records_a_last_step_only_under_its_attempt():
+    # The run's last step returns in the pass; meanwhile its lease lapsed and another process
+    # claimed its next attempt. The write that completes the run carries the step's result, so
+    # it records neither: the other process's attempt counts and the run goes on running.
+    @pw.step_function("replay.last")
+    def last(data, ctx):
+        if ctx.attempt == 1:
+            assert elsewhere(lambda: claim_next_attempt(ctx.run_id, ctx.step_key).claimed)
+        return ctx.attempt
+
+    @pw.workflow("replay.ends_on_it")
+    def ends_on_it(wf, input):
+        return wf.do("last", "replay.last", {}, retries=2)
+
+    with override_settings(PIKKU_WORKFLOWS={"STEP_LEASE_SECONDS": 0}):
+        run_id = pw.start_workflow("replay.ends_on_it", {}, inline=True)
+
+    step = WorkflowStep.objects.get(run_id=run_id, step_key="last")
+    assert (step.status, step.attempt, step.result) == (StepStatus.RUNNING, 2, None)
+    run = WorkflowRun.objects.get(pk=run_id)
+    assert (run.status, run.output) == (RunStatus.RUNNING, None)

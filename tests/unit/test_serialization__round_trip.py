@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import math
 import uuid
 
@@ -186,3 +187,40 @@ def test_round_trip__the_default_limit_is_ten_megabytes():
     round_trip("é" * 4_000_000)  # 8 MB of UTF-8
     with pytest.raises(NotStorableJson, match="10000000 bytes"):
         round_trip("x" * 10_000_001)
+
+
+def _through_json(value):
+    return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"i": 7},
+        {"a": [1, 2.5, -0.0, 1e16, True, None, "line\nbreak\ttab"], "b": {"c": ""}},
+        [2**53 - 1, -(2**53) + 1, 2**53, 2**70],  # the last two take the round trip
+        {"text": "x" * 300},  # longer than the shortcut's strings
+        list(range(100)),  # more parts than the shortcut's
+        {"héllo": "✓"},  # not ASCII
+        {"nested": {"deeper": [{"k": [[]]}]}},
+    ],
+)
+def test_round_trip__a_plain_value_is_copied_as_json_would_give_it_back(value):
+    result = round_trip(value)
+
+    assert result == _through_json(value)
+    assert repr(result) == repr(_through_json(value))  # -0.0, 1e16 and ints keep their type
+    if isinstance(value, dict | list) and value:
+        assert result is not value
+
+
+def test_round_trip__a_plain_value_under_a_small_payload_limit_is_still_measured():
+    small_limit = override_settings(PIKKU_WORKFLOWS={"MAX_PAYLOAD_BYTES": 10})
+    with small_limit, pytest.raises(NotStorableJson, match="at most 10 bytes"):
+        round_trip({"i": "0123456789"})
+
+
+@pytest.mark.parametrize("value", [{"s": "nul\x00"}, {"f": math.nan}, {"f": math.inf}])
+def test_round_trip__plain_looking_values_json_refuses_are_refused(value):
+    with pytest.raises(NotStorableJson):
+        round_trip(value)

@@ -409,7 +409,7 @@ def _record_outcome(
     if not outcome.succeeded:
         return _record_failure(step, outcome.value, policy, continue_as)
     try:
-        with _savepoint_if_in_transaction():
+        with savepoint_if_in_transaction():
             return record_success(step, outcome.value, continue_as)
     except DataError as exc:
         return _record_failure(step, unstorable_error(step, str(exc)), policy, continue_as)
@@ -459,7 +459,7 @@ def create_next_step(rp: ReplayPass, step_key: str, **fields: Any) -> WorkflowSt
     if kept is None:
         return create_step_in_run(rp.run.pk, rp.holder, step_key, **fields)
     try:
-        with run_still_ours(), _savepoint_if_in_transaction():
+        with run_still_ours(), savepoint_if_in_transaction():
             return create_step_in_run(rp.run.pk, rp.holder, step_key, after=kept, **fields)
     except DataError:
         # The kept result, or the new step's values, refused: write them one at a time.
@@ -545,7 +545,7 @@ def unstorable_error(step: WorkflowStep, reason: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _savepoint_if_in_transaction() -> Iterator[None]:
+def savepoint_if_in_transaction() -> Iterator[None]:
     # Inside the caller's transaction (an inline start within atomic()) a refused write must
     # not doom that transaction: the failure that follows has to be written in it.
     if transaction.get_connection().in_atomic_block:

@@ -13,6 +13,7 @@ import time
 from functools import partial
 from typing import Any
 
+from django.db import DataError
 from django.db import Error as DatabaseError
 
 from ... import events
@@ -31,6 +32,7 @@ from ...exceptions import (
     NonDeterministicReplay,
     OutputNotSerializable,
     StepFailed,
+    StepSuperseded,
     VersionNotFound,
     WorkflowCancelled,
     WorkflowNotDeployed,
@@ -52,8 +54,9 @@ from ..store.leases import (
     request_rerun,
 )
 from ..store.run_transitions import move_run
+from ..store.step_transitions import UnrecordedSuccess
 from . import children
-from .attempts import record_kept
+from .attempts import record_kept, savepoint_if_in_transaction
 from .compensation import compensate, needs_compensation, start_compensating
 from .graphs import run_graph
 from .replay_pass import LeasedRun, ReplayPass, driving
@@ -211,15 +214,26 @@ def _run_body(run: WorkflowRun, holder: str, rp: ReplayPass, body: Any) -> bool:
         return _recorded(rp) and _fail(run, holder, rp, _step_failed_error(exc))
     except Exception as exc:
         return _recorded(rp) and _fail(run, holder, rp, describe_error(exc))
-    if not _recorded(rp):
-        return False
     try:
         output = round_trip(output)
     except NotStorableJson as exc:
-        return _fail(
-            run, holder, rp, describe_error(OutputNotSerializable(str(exc)), traceback=False)
-        )
-    return _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
+        error = describe_error(OutputNotSerializable(str(exc)), traceback=False)
+        return _recorded(rp) and _fail(run, holder, rp, error)
+    return _complete(run, holder, rp, output)
+
+
+def _complete(run: WorkflowRun, holder: str, rp: ReplayPass, output: Any) -> bool:
+    """End the run completed. The success the pass kept for its next write (its last step's)
+    is recorded by the same statement, fenced as ever: one commit fewer per run. If the
+    database refuses that statement, the two are written one at a time."""
+    kept, rp.unrecorded = rp.unrecorded, None
+    if kept is not None:
+        try:
+            with savepoint_if_in_transaction():
+                return _end(run, holder, RunStatus.COMPLETED, after=kept, output=output, error=None)
+        except DataError:
+            rp.unrecorded = kept
+    return _recorded(rp) and _end(run, holder, RunStatus.COMPLETED, output=output, error=None)
 
 
 def _fail(run: WorkflowRun, holder: str, rp: ReplayPass, error: dict[str, Any]) -> bool:
@@ -277,7 +291,14 @@ def _step_failed_error(exc: StepFailed) -> dict[str, Any]:
     }
 
 
-def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
+def _end(
+    run: WorkflowRun,
+    holder: str,
+    status: str,
+    *,
+    after: UnrecordedSuccess | None = None,
+    **fields: Any,
+) -> bool:
     try:
         move_run(
             run.pk,
@@ -285,9 +306,10 @@ def _end(run: WorkflowRun, holder: str, status: str, **fields: Any) -> bool:
             expected=[RunStatus.RUNNING],
             lease_holder=holder,
             scheduled=run.schedule_id is not None,
+            after=after,
             **fields,
         )
-    except (InvalidTransition, RunInterrupted):
+    except (InvalidTransition, RunInterrupted, StepSuperseded):
         # An operator cancelled or suspended the run meanwhile, or our lease lapsed: theirs wins.
         logger.info("pikku_workflows: run %s changed during its pass; outcome dropped", run.pk)
         return False

@@ -43,8 +43,10 @@ def _count(steps: QuerySet[WorkflowStep]) -> Subquery:
     return Coalesce(Subquery(counted), 0)  # type: ignore[return-value]
 
 
-def _in_flight() -> QuerySet[WorkflowStep]:
-    """The run's steps in flight, newest first (the order `reads.waiting_on` reads them in)."""
+def _in_flight(succeeded: Any = None) -> QuerySet[WorkflowStep]:
+    """The run's steps in flight, newest first (the order `reads.waiting_on` reads them in);
+    `succeeded`: a step the same statement records as succeeded, still running in its
+    snapshot."""
     retry_due_later = Q(status=StepStatus.FAILED, wake_at__isnull=False) & Q(
         attempt__lt=F("attempt_limit")
     )
@@ -56,7 +58,10 @@ def _in_flight() -> QuerySet[WorkflowStep]:
             StepStatus.WAITING,
         ]
     )
-    return _steps().filter(moving | retry_due_later).order_by("-created_at", "-step_key")
+    in_flight = _steps().filter(moving | retry_due_later)
+    if succeeded is not None:
+        in_flight = in_flight.exclude(pk=succeeded)
+    return in_flight.order_by("-created_at", "-step_key")
 
 
 # The kind of wait of a step in flight, as `reads.waiting_on` names it (a lapsed lease is
@@ -77,9 +82,9 @@ STEP_WAIT = Case(
 )
 
 
-def _waiting_on(status: str | None) -> Any:
+def _waiting_on(status: str | None, succeeded: Any) -> Any:
     """`waiting_on` once the run has `status` (None: the status the row has)."""
-    of_step = Subquery(_in_flight().annotate(wait=STEP_WAIT).values("wait")[:1])
+    of_step = Subquery(_in_flight(succeeded).annotate(wait=STEP_WAIT).values("wait")[:1])
     running = Coalesce(of_step, Value(WaitingKind.PASS), output_field=CharField())
     if status is None:
         return Case(
@@ -100,9 +105,12 @@ def _waiting_on(status: str | None) -> Any:
 KEEP_ERROR = object()
 
 
-def list_field_values(status: str | None = None, error: Any = KEEP_ERROR) -> dict[str, Any]:
+def list_field_values(
+    status: str | None = None, error: Any = KEEP_ERROR, succeeded: Any = None
+) -> dict[str, Any]:
     """The list fields as expressions for an UPDATE of a run, which leaves it in `status` (None:
-    the status the row has) with `error`."""
+    the status the row has) with `error`; `succeeded`: the id of a step the same statement
+    records as succeeded (its snapshot, which the expressions read, still has it running)."""
     newest = _steps().order_by("-created_at", "-step_key").values("step_key")[:1]
     failed_step = (
         _steps()
@@ -111,17 +119,22 @@ def list_field_values(status: str | None = None, error: Any = KEEP_ERROR) -> dic
         .annotate(code=KeyTextTransform("code", "error"))
         .values("code")[:1]
     )
+    done = (
+        Q(status=StepStatus.SUCCEEDED)
+        if succeeded is None
+        else Q(status=StepStatus.SUCCEEDED) | Q(pk=succeeded)
+    )
     if error is KEEP_ERROR:
         run_code: Any = KeyTextTransform("code", "error")
     else:
         run_code = Value((error or {}).get("code"), output_field=CharField())
     return {
         "steps_total": _count(_steps()),
-        "steps_done": _count(_steps().filter(status=StepStatus.SUCCEEDED)),
+        "steps_done": _count(_steps().filter(done)),
         "current_step_key": Coalesce(
-            Subquery(_in_flight().values("step_key")[:1]), Subquery(newest)
+            Subquery(_in_flight(succeeded).values("step_key")[:1]), Subquery(newest)
         ),
-        "waiting_on": _waiting_on(status),
+        "waiting_on": _waiting_on(status, succeeded),
         "last_error_code": Coalesce(run_code, Subquery(failed_step), output_field=CharField()),
     }
 

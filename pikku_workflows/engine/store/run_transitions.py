@@ -15,13 +15,14 @@ from ...models import WorkflowRun
 from ...observability.tracing import export_run_after_commit
 from ...querysets import DatabaseNow
 from ...registry import registry
-from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, run_sources
+from ...status import TERMINAL_RUN_STATUSES, Compensation, RunStatus, StepStatus, run_sources
 from .admission_transitions import held_slots, lock_keys_txn, release_slots_txn
 from .claims import lock_buffering_schedule_of_run_txn
 from .overlap_transitions import admit_buffered_txn
 from .run_list_fields import KEEP_ERROR, list_field_values
 from .schedule_transitions import pause_for_failed_run
-from .transitions import checked_sources
+from .step_transitions import UnrecordedSuccess, record_step_outcome, update_recording_success
+from .transitions import checked_sources, on_postgresql
 
 
 def move_run(
@@ -32,6 +33,7 @@ def move_run(
     lease_holder: str | None = None,
     keeps_slots: bool = False,
     scheduled: bool = True,
+    after: UnrecordedSuccess | None = None,
     **fields: Any,
 ) -> None:
     """Move a run to `target` if its status is one of `expected` (default: every legal source).
@@ -48,12 +50,22 @@ def move_run(
     then reads no schedule. With `keeps_slots` (a run handing its slots and its schedule to its
     successor) the end frees and admits nothing: the caller holds the keys' locks and moves the
     slots in its own transaction.
+
+    `after`: the pass's last step's success, kept for its next write: recorded by the move's
+    own statement when the move is one statement on PostgreSQL (one commit fewer per run),
+    else on its own first (StepSuperseded, nothing written, when a newer attempt owns it).
     """
     sources = checked_sources("run", target, run_sources(target), expected)
     ending = target in TERMINAL_RUN_STATUSES and not keeps_slots
     if not ending or not (scheduled or registry.uses_concurrency):
-        _move_run(run_id, target, sources, lease_holder, fields)
+        if after is not None and not on_postgresql():
+            record_step_outcome(after.step, StepStatus.SUCCEEDED, result=after.result)
+            after = None
+        _move_run(run_id, target, sources, lease_holder, fields, after)
         return
+    if after is not None:
+        # Its own commit first: the schedule's row and the keys' locks come before the run's.
+        record_step_outcome(after.step, StepStatus.SUCCEEDED, result=after.result)
     with transaction.atomic():
         schedule_id = lock_buffering_schedule_of_run_txn(run_id) if scheduled else None
         slots = held_slots(run_id) if registry.uses_concurrency else []
@@ -73,6 +85,7 @@ def _move_run(
     sources: frozenset[str],
     lease_holder: str | None,
     fields: dict[str, Any],
+    after: UnrecordedSuccess | None = None,
 ) -> None:
     runs = WorkflowRun.objects.filter(pk=run_id, status__in=sources)
     if lease_holder is not None:
@@ -83,8 +96,13 @@ def _move_run(
             fields.update(lease_holder=None, lease_expires_at=None, rerun_requested=False)
     elif target == RunStatus.RUNNING:
         fields.setdefault("finished_at", None)
-    listed = list_field_values(target, fields.get("error", KEEP_ERROR))
-    if runs.update(status=target, updated_at=DatabaseNow(), **listed, **fields):
+    succeeded = None if after is None else after.step.pk
+    listed = list_field_values(target, fields.get("error", KEEP_ERROR), succeeded)
+    values = {"status": target, "updated_at": DatabaseNow(), **listed, **fields}
+    updated = (
+        runs.update(**values) if after is None else update_recording_success(runs, values, after)
+    )
+    if updated:
         if target == RunStatus.FAILED:
             # After the commit, in a transaction of its own: the firing timer loop holds a
             # schedule before its runs, so this must not hold a run while it waits for one.

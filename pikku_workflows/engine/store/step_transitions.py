@@ -11,15 +11,18 @@ like the rows' `created_at`.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import BooleanField, F, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from ... import events
@@ -56,6 +59,9 @@ STATEMENTS = Statements(
 )
 # Step columns the database sets from seconds given (on its clock), never from a value.
 CLOCKED = ("lease_expires_at", "wake_at")
+# A named parameter of a block (`%(name)s`), for a statement that composes a block with the ORM's
+# positional SQL.
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
 # The statuses that end an attempt (its history row then has its outcome time).
 ENDED = frozenset({StepStatus.SUCCEEDED, StepStatus.FAILED})
 
@@ -120,12 +126,7 @@ def create_step_in_run(
 def _record_and_insert(after: UnrecordedSuccess, params: dict[str, Any]) -> tuple[Any, Any] | None:
     """Run `record_outcome_and_insert_step`: the new step's (lease, timer), or None when the run
     stopped running under the pass (the outcome is recorded all the same)."""
-    fields = {
-        "result": after.result,
-        "error": None,
-        "attempt_limit": after.step.attempt_limit,
-        "branch_taken": after.step.branch_taken,
-    }
+    fields = _success_fields(after)
     params |= _outcome_params(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
     row = _fetch_one("record_outcome_and_insert_step", params)
     assert row is not None, "the statement always answers one row"
@@ -134,6 +135,47 @@ def _record_and_insert(after: UnrecordedSuccess, params: dict[str, Any]) -> tupl
         _raise_refused(after.step, StepStatus.SUCCEEDED)
     _mark_recorded(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
     return (lease, timer) if inserted else None
+
+
+def update_recording_success(
+    runs: QuerySet[WorkflowRun], values: dict[str, Any], after: UnrecordedSuccess
+) -> int:
+    """`runs.update(**values)` (the ORM's UPDATE of a run, e.g. the one that ends it) in the
+    statement that records `after`, the pass's last step's success, fenced as ever: the run
+    moves only once the step did (one commit for both). Returns the runs updated; raises
+    StepSuperseded (nothing written) when a newer attempt owns the step."""
+    fields = _success_fields(after)
+    named = _outcome_params(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
+    statement, names = _positional(STATEMENTS["record_outcome_and_update_run"])
+    moved = RawSQL("EXISTS (SELECT 1 FROM moved)", (), output_field=BooleanField())
+    query = cast(UpdateQuery, runs.filter(moved).query.chain(UpdateQuery))
+    query.add_update_values(values)
+    update, update_params = query.get_compiler(connection.alias).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statement.replace("{run_update}", update),
+            [named[name] for name in names] + list(update_params),
+        )
+        step_moved, updated = cursor.fetchone()
+    if not step_moved:
+        _raise_refused(after.step, StepStatus.SUCCEEDED)
+    _mark_recorded(after.step, StepStatus.SUCCEEDED, fields, None, after.finished_at)
+    return int(updated)
+
+
+def _success_fields(after: UnrecordedSuccess) -> dict[str, Any]:
+    return {
+        "result": after.result,
+        "error": None,
+        "attempt_limit": after.step.attempt_limit,
+        "branch_taken": after.step.branch_taken,
+    }
+
+
+def _positional(block: str) -> tuple[str, list[str]]:
+    """`block` with its named parameters as positional ones, and their names in order."""
+    names = _NAMED_PARAMETER.findall(block)
+    return _NAMED_PARAMETER.sub("%s", block), names
 
 
 def create_dispatched_step(
@@ -254,8 +296,10 @@ def _new_step_params(
     step: WorkflowStep, lease_seconds: float | None, wake_in_ms: int | None, dispatch: str | None
 ) -> dict[str, Any]:
     """The named parameters of `new_step_values` and `first_history_row` for `step`."""
+    # The connection itself, not the per-thread proxy each field would look it up through.
+    db = connections[DEFAULT_DB_ALIAS]
     params: dict[str, Any] = {
-        str(field.column): field.get_db_prep_save(field.pre_save(step, add=True), connection)
+        str(field.column): field.get_db_prep_save(field.pre_save(step, add=True), db)
         for field in WorkflowStep._meta.concrete_fields
         if field.column not in CLOCKED
     }
@@ -363,13 +407,14 @@ def _outcome_params(
     """The named parameters of `step_outcome_ctes` (prefixed: they share statements with a new
     step's)."""
     json_field = WorkflowStep._meta.get_field("result")
+    db = connections[DEFAULT_DB_ALIAS]
     params = {
         "step_id": step.pk,
         "attempt": step.attempt,
         "sources": [StepStatus.RUNNING],
         "status": target,
-        "result": json_field.get_db_prep_save(fields["result"], connection),
-        "error": json_field.get_db_prep_save(fields["error"], connection),
+        "result": json_field.get_db_prep_save(fields["result"], db),
+        "error": json_field.get_db_prep_save(fields["error"], db),
         "attempt_limit": fields["attempt_limit"],
         "branch_taken": fields["branch_taken"],
         "wake_in_seconds": None if wake_in_ms is None else wake_in_ms / 1000,

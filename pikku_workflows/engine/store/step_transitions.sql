@@ -137,6 +137,14 @@ SELECT (SELECT count(*) FROM moved) AS outcome_moved, (SELECT count(*) FROM new_
     new_step.lease_expires_at, new_step.wake_at
 FROM (SELECT 1) AS one LEFT JOIN new_step ON true
 
+-- name: record_outcome_and_update_run
+-- One commit for a pass's last step and the run's move (its end): record the step's outcome (as
+-- `record_step_outcome`) and run `run_update`, the ORM's UPDATE of the run, which matches only
+-- once the step moved. One row: whether the step moved, how many runs the UPDATE moved.
+WITH {step_outcome_ctes},
+ended AS ({{run_update}} RETURNING 1)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM ended)
+
 -- name: record_step_outcome_taking_run_lease
 -- `record_step_outcome`, and once the step moved, take its run's lease for %(lease_holder)s if
 -- the run is running, the lease free or lapsed and the run row not locked right now (a claim
