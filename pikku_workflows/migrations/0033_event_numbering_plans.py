@@ -1,3 +1,5 @@
+from importlib import import_module
+
 from django.db import migrations
 
 # The commit that numbers a transaction's events ran two statements on an array of event ids:
@@ -65,43 +67,10 @@ END $$;
 """
 
 # Back to 0031's trigger function, the numbering inline.
-PREVIOUS = f"""
-CREATE OR REPLACE FUNCTION pikku_number_events() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    unnumbered bigint[];
-    run_key integer;
-    moment timestamptz;
-BEGIN
-    unnumbered := string_to_array(
-        rtrim(COALESCE(current_setting('pikku.unnumbered_events', true), ''), ','), ','
-    )::bigint[];
-    IF COALESCE(cardinality(unnumbered), 0) = 0 THEN RETURN NULL; END IF;
-    PERFORM set_config('pikku.unnumbered_events', '', true);
-    FOR run_key IN
-        SELECT DISTINCT hashtext(run_id::text) FROM {EVENT} WHERE id = ANY(unnumbered) ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(1885956971, run_key);
-    END LOOP;
-    moment := clock_timestamp();
-    UPDATE {EVENT} SET seq = numbered.seq, at = moment
-    FROM (
-        SELECT unnumbered_event.id,
-               ROW_NUMBER() OVER (
-                   PARTITION BY unnumbered_event.run_id
-                   ORDER BY unnumbered_event.at, unnumbered_event.id
-               ) - 1
-               + COALESCE((SELECT MAX(done.seq) + 1 FROM {EVENT} done
-                           WHERE done.run_id = unnumbered_event.run_id
-                             AND done.seq IS NOT NULL), 0) AS seq
-        FROM {EVENT} unnumbered_event
-        WHERE unnumbered_event.id = ANY(unnumbered) AND unnumbered_event.seq IS NULL
-    ) numbered
-    WHERE {EVENT}.id = numbered.id;
-    RETURN NULL;
-END $$;
-
-DROP FUNCTION IF EXISTS pikku_number_unnumbered_events(bigint[]);
-"""
+PREVIOUS = (
+    import_module("pikku_workflows.migrations.0031_event_commit_moment").number_events(True)
+    + "DROP FUNCTION IF EXISTS pikku_number_unnumbered_events(bigint[]);"
+)
 
 
 def on_postgresql(sql: str):
@@ -113,6 +82,6 @@ def on_postgresql(sql: str):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pikku_workflows", "0031_event_commit_moment")]
+    dependencies = [("pikku_workflows", "0032_limit_max_running")]
 
     operations = [migrations.RunPython(on_postgresql(NUMBER_EVENTS), on_postgresql(PREVIOUS))]
