@@ -28,6 +28,7 @@ from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
 from ..store.admission_transitions import admit_stranded
+from ..store.run_counts import fold_run_count_changes
 from .backfills import advance_backfills
 from .purge import purge_by_retention
 from .schedule_firing import fire_due_schedules
@@ -217,10 +218,11 @@ class RetentionPurges:
 
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-    """Fire due timers and due schedules every TIMER_POLL_SECONDS, run recovery every
-    RECOVERY_INTERVAL_SECONDS and purge by RETENTION every PURGE_INTERVAL_SECONDS until `stop`
-    is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to the outage log
-    and the loop goes on (the database may come back)."""
+    """Fire due timers and due schedules and fold the run counts' changes every
+    TIMER_POLL_SECONDS, run recovery every RECOVERY_INTERVAL_SECONDS and purge by RETENTION
+    every PURGE_INTERVAL_SECONDS until `stop` is set; `on_tick` runs on every tick
+    (pikku_worker's heartbeat). Errors go to the outage log and the loop goes on (the database
+    may come back)."""
     next_recovery = 0.0
     retention = RetentionPurges()
     while not stop.is_set():
@@ -228,6 +230,7 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
             if on_tick is not None:
                 on_tick()
             fired = fire_due_timers() + fire_due_schedules()
+            fold_run_count_changes()
             if time.monotonic() >= next_recovery:
                 counts = recover()
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
