@@ -62,5 +62,5 @@ def current_run_counts() -> RunCounts:
     )
     for workflow, status, top_level, runs in folded.union(unfolded, all=True):
         key = (workflow, status, top_level)
-        counts[key] = counts.get(key, 0) + runs
+        counts[key] = counts.get(key, 0) + int(runs)  # SUM of bigints is a numeric
     return {key: runs for key, runs in counts.items() if runs}
