@@ -103,13 +103,15 @@ def runs_finished(window: Window, now: datetime) -> dict[datetime, dict[str, int
 
 def failure_rates(window: Window, now: datetime) -> list[tuple[str, int, int]]:
     """(workflow, failed, ended) of the runs that ended in the window, worst rate first."""
+    # Counting a column the index of finish time includes (status, never NULL), not the key:
+    # that index answers it alone (an index-only scan, no read of the run rows).
     rows = (
         WorkflowRun.objects.filter(
             finished_at__gte=window.start(now), status__in=TERMINAL_RUN_STATUSES
         )
         .order_by()
         .values_list("workflow")
-        .annotate(failed=Count("pk", filter=Q(status=RunStatus.FAILED)), ended=Count("*"))
+        .annotate(failed=Count("status", filter=Q(status=RunStatus.FAILED)), ended=Count("*"))
     )
     return sorted(rows, key=lambda row: (-row[1] / row[2], row[0]))
 
