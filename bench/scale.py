@@ -135,7 +135,7 @@ def bulk_load(runs: int, starter_id: int) -> None:
             """
         )
         cursor.execute("VACUUM ANALYZE pikku_workflows_workflowrun")
-    # The children's parents moved 2 counts each: fold them as the timer loop's next tick would.
+    # The children's parents moved 2 counts each: fold them as the next recovery pass would.
     fold_run_count_changes()
 
 

@@ -14,7 +14,7 @@ RunCounts = dict[tuple[str, str, bool], int]
 
 class WorkflowRunCount(models.Model):
     """How many runs have `workflow`, `status` and level (`top_level`: no parent run) as of the
-    timer loop's last fold; the changes since are rows of WorkflowRunCountChange."""
+    last fold (a recovery pass); the changes since are rows of WorkflowRunCountChange."""
 
     id = models.BigAutoField(primary_key=True)
     workflow = models.CharField(max_length=NAME_MAX_LENGTH)
@@ -37,7 +37,7 @@ class WorkflowRunCount(models.Model):
 class WorkflowRunCountChange(models.Model):
     """A change of `runs` to one count, appended by the run table's triggers in the statement
     that inserts, moves or deletes runs. No key and no index but its id: concurrent writers
-    append side by side and never wait on each other; the timer loop folds the changes into
+    append side by side and never wait on each other; a recovery pass folds the changes into
     WorkflowRunCount in one short statement."""
 
     id = models.BigAutoField(primary_key=True)

@@ -1,7 +1,7 @@
 """The stored run counts (models/run_counts.py) follow every way a run comes, moves and goes, on
 either database: starts (a parent and its child), a failure, a retry, a cancel, a purge, a bulk
 update and a delete outside the engine, and a parent cleared from its child; before and after the
-timer loop folds them."""
+recovery pass folds them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count, Q
 
 import pikku_workflows as pw
-from pikku_workflows.engine.operations.recovery import run_timer_loop
+from pikku_workflows.engine.operations.recovery import recover
 from pikku_workflows.engine.store.run_counts import fold_run_count_changes
 from pikku_workflows.models import WorkflowRun, WorkflowRunCount, WorkflowRunCountChange
 from pikku_workflows.models.run_counts import current_run_counts
@@ -69,21 +69,10 @@ def test_run_counts__follow_starts_moves_and_deletes_folded_or_not():
     assert folded_counts() == truth == current_run_counts()
 
 
-def test_run_counts__the_timer_loop_folds_on_its_tick():
+def test_run_counts__each_recovery_pass_folds_them():
     ended_order(1)
 
-    class OneTick:
-        def __init__(self) -> None:
-            self.ticks = 0
-
-        def is_set(self) -> bool:
-            self.ticks += 1
-            return self.ticks > 1
-
-        def wait(self, seconds: float) -> bool:
-            return True
-
-    run_timer_loop(OneTick())  # type: ignore[arg-type]
+    recover()  # the timer loop's every RECOVERY_INTERVAL_SECONDS, and `pikku_recover`
 
     assert not WorkflowRunCountChange.objects.exists()
     assert folded_counts() == counted_from_the_runs()

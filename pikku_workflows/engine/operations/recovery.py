@@ -82,7 +82,7 @@ def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
     resume runs whose pass died holding the run lease and runs stalled with nothing in flight,
     admit queued runs whose key has room, fire due schedules and start the next runs of
-    backfills. Returns counts by kind."""
+    backfills; and fold the run counts' changes. Returns counts by kind."""
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
@@ -96,6 +96,7 @@ def recover() -> dict[str, int]:
         "schedules": fire_due_schedules(),
         "backfills": advance_backfills(),
     }
+    fold_run_count_changes()
     if counts["lapsed"] or counts["lapsed_runs"]:
         # A takeover: the passes running now run nothing more in place (until the next sweep at
         # most), so the messages just sent are taken after one step of each busy pass, not its
@@ -218,11 +219,10 @@ class RetentionPurges:
 
 
 def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-    """Fire due timers and due schedules and fold the run counts' changes every
-    TIMER_POLL_SECONDS, run recovery every RECOVERY_INTERVAL_SECONDS and purge by RETENTION
-    every PURGE_INTERVAL_SECONDS until `stop` is set; `on_tick` runs on every tick
-    (pikku_worker's heartbeat). Errors go to the outage log and the loop goes on (the database
-    may come back)."""
+    """Fire due timers and due schedules every TIMER_POLL_SECONDS, run recovery every
+    RECOVERY_INTERVAL_SECONDS and purge by RETENTION every PURGE_INTERVAL_SECONDS until `stop`
+    is set; `on_tick` runs on every tick (pikku_worker's heartbeat). Errors go to the outage log
+    and the loop goes on (the database may come back)."""
     next_recovery = 0.0
     retention = RetentionPurges()
     while not stop.is_set():
@@ -230,7 +230,6 @@ def run_timer_loop(stop: threading.Event, on_tick: Callable[[], None] | None = N
             if on_tick is not None:
                 on_tick()
             fired = fire_due_timers() + fire_due_schedules()
-            fold_run_count_changes()
             if time.monotonic() >= next_recovery:
                 counts = recover()
                 next_recovery = time.monotonic() + pikku_settings.RECOVERY_INTERVAL_SECONDS
