@@ -166,8 +166,9 @@ def main() -> None:
     def dashboard() -> None:
         now = timezone.now()
         figures.runs_started(window, now)
-        figures.runs_finished(window, now)
-        figures.failure_rates(window, now)
+        ended = figures.ended_runs(window, now)
+        figures.runs_finished(ended)
+        figures.failure_rates(ended)
         figures.step_durations(window, now)
         figures.queue_lag(window, now)
         figures.approvals_by_age(now)

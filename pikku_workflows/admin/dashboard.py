@@ -76,6 +76,7 @@ class Charts:
         self.run_list, self.window, self.now = run_list, window, now
         self.buckets = window.buckets(now)
         self.since = window.start(now)
+        self.ended = figures.ended_runs(window, now)
 
     def all(self) -> list[Chart]:
         return [
@@ -115,7 +116,7 @@ class Charts:
         return _chart("Runs started", link, column_chart(marks, ["started"]), not counts)
 
     def finished(self) -> Chart:
-        counts = figures.runs_finished(self.window, self.now)
+        counts = figures.runs_finished(self.ended)
         marks = [
             Mark(
                 self._label(b),
@@ -128,7 +129,7 @@ class Charts:
         return _chart("Runs finished", link, column_chart(marks, ENDED), not counts)
 
     def failure_rates(self) -> Chart:
-        rows = figures.failure_rates(self.window, self.now)
+        rows = figures.failure_rates(self.ended)
         marks = [
             Mark(
                 f"{workflow} ({failed}/{ended})",

@@ -53,6 +53,17 @@ def visible_runs(request: Request) -> QuerySet[WorkflowRun]:
     return _narrowed(request, runs)
 
 
+def sees_every_run(request: Request) -> bool:
+    """Whether `visible_runs` is every run for this user: the view permission and no
+    RUN_QUERYSET_FILTER (what a count of every run may answer from the stored counts)."""
+    user = request.user
+    return (
+        user.is_authenticated
+        and user.has_perm(run_permission("view"))
+        and not pikku_settings.RUN_QUERYSET_FILTER
+    )
+
+
 def _narrowed(request: Request, runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
     """`runs` as the host's RUN_QUERYSET_FILTER narrows them for this request (tenants)."""
     hook = pikku_settings.RUN_QUERYSET_FILTER

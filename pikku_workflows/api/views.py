@@ -64,9 +64,11 @@ from .permissions import (
     RunPermission,
     idempotency_scope,
     purged_run_visible,
+    sees_every_run,
     visible_run_id,
     visible_runs,
 )
+from .run_counts import stored_counts
 from .schema import SIGNAL_ERRORS, UPDATE_ERRORS, documented, errors
 from .serializers import (
     MAX_SIGNAL_NAME,
@@ -310,7 +312,14 @@ class RunViewSet(PikkuAPIMixin, viewsets.GenericViewSet):
     @action(detail=False, methods=["get"])
     def counts(self, request: Request) -> Response:
         group_by = validated(CountsQuerySerializer, request.query_params).get("group_by", [])
-        runs = self.filter_queryset(self.get_queryset()).order_by()
+        filterset = RunListFilterSet(request.query_params, self.get_queryset(), request=request)
+        if not filterset.is_valid():
+            raise filter_utils.translate_validation(filterset.errors)
+        if sees_every_run(request):
+            stored = stored_counts(filterset, group_by)
+            if stored is not None:
+                return Response(stored)
+        runs = filterset.qs.order_by()
         if not group_by:
             return Response({"total": runs.count(), "groups": []})
         # COUNT(*), not of a column: the index of status, workflow and parent answers it alone.

@@ -132,6 +132,9 @@ store, the tables:
 - `store.claims`: every row lock (`claims.sql`: the run guards the transitions compose in).
 - `store.event_log`: the timeline's event log, read in seq order (its rows are written by
   database triggers; the seq is assigned at commit, under the run's event lock).
+- `store.run_counts`: the fold of the run counts' changes (appended by triggers on the run
+  table as runs are inserted, moved and deleted) into the counts, one statement a recovery
+  pass (`run_counts.sql`).
 - `store.tables`: the quoted table and column names the statements use.
 
 Rules that hold across it (tests/unit/test_engine__layout.py checks them): a run is failed only

@@ -6,6 +6,7 @@ from .flow_control import WorkflowLimit, WorkflowRate, WorkflowSlot, WorkflowSlo
 from .history import WorkflowAuditEntry, WorkflowEvent
 from .messages import WorkflowSignal, WorkflowUpdate
 from .retention import WorkflowRunTombstone
+from .run_counts import WorkflowRunCount, WorkflowRunCountChange
 from .runs import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from .schedules import (
     WorkflowBackfill,
@@ -23,6 +24,8 @@ __all__ = [
     "WorkflowLimit",
     "WorkflowRate",
     "WorkflowRun",
+    "WorkflowRunCount",
+    "WorkflowRunCountChange",
     "WorkflowRunTombstone",
     "WorkflowSchedule",
     "WorkflowScheduleAuditEntry",

@@ -21,6 +21,7 @@ from ..models import (
     WorkflowStep,
     WorkflowWorker,
 )
+from ..models.run_counts import current_run_counts
 from ..querysets import DatabaseNow, StatementNow, database_ago, waiting_on_q
 from ..registry import registry
 from ..status import RunStatus, StepStatus
@@ -81,8 +82,11 @@ def _gauge(name: str, labels: tuple[str, ...], samples: Samples) -> Gauge:
 
 
 def _runs_by_status() -> Samples:
-    rows = WorkflowRun.objects.order_by().values_list("workflow", "status").annotate(n=Count("*"))
-    return [((workflow, status), float(n)) for workflow, status, n in rows]
+    """From the stored counts (models/run_counts.py), both levels together."""
+    counts: dict[tuple[str, str], int] = {}
+    for (workflow, status, _), runs in current_run_counts().items():
+        counts[(workflow, status)] = counts.get((workflow, status), 0) + runs
+    return [(labels, float(runs)) for labels, runs in sorted(counts.items()) if runs]
 
 
 def _runs_by_waiting_kind() -> Samples:

@@ -28,6 +28,7 @@ from ...querysets import database_ago
 from ...status import RunStatus, StepStatus
 from ..replay.queued import in_place_hold
 from ..store.admission_transitions import admit_stranded
+from ..store.run_counts import fold_run_count_changes
 from .backfills import advance_backfills
 from .purge import purge_by_retention
 from .schedule_firing import fire_due_schedules
@@ -81,7 +82,7 @@ def recover() -> dict[str, int]:
     """One recovery pass: fire due timers, re-dispatch lapsed step leases, relay lost messages,
     resume runs whose pass died holding the run lease and runs stalled with nothing in flight,
     admit queued runs whose key has room, fire due schedules and start the next runs of
-    backfills. Returns counts by kind."""
+    backfills; and fold the run counts' changes. Returns counts by kind."""
     # Runs whose steps this sweep relays: the backoff lets a run through once per sweep, and
     # then every lost step of it goes (a fan-out's messages at once, not one per sweep).
     relaying: set[str] = set()
@@ -95,6 +96,7 @@ def recover() -> dict[str, int]:
         "schedules": fire_due_schedules(),
         "backfills": advance_backfills(),
     }
+    fold_run_count_changes()
     if counts["lapsed"] or counts["lapsed_runs"]:
         # A takeover: the passes running now run nothing more in place (until the next sweep at
         # most), so the messages just sent are taken after one step of each busy pass, not its

@@ -12,6 +12,8 @@ from ...models import (
     WorkflowLimit,
     WorkflowRate,
     WorkflowRun,
+    WorkflowRunCount,
+    WorkflowRunCountChange,
     WorkflowSlot,
     WorkflowSlotCount,
     WorkflowStep,
@@ -28,6 +30,8 @@ def engine_names() -> dict[str, str]:
     assert user._meta.pk is not None and user._meta.pk.column is not None
     return {
         "run": quoted_table(WorkflowRun),
+        "run_count": quoted_table(WorkflowRunCount),
+        "run_count_change": quoted_table(WorkflowRunCountChange),
         "audit": quoted_table(WorkflowAuditEntry),
         "step": quoted_table(WorkflowStep),
         "history": quoted_table(WorkflowStepHistory),
