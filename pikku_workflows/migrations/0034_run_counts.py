@@ -114,7 +114,7 @@ def _run_each(schema_editor, postgresql, sqlite):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pikku_workflows', '0031_event_commit_moment'),
+        ('pikku_workflows', '0033_event_numbering_plans'),
     ]
 
     operations = [
