@@ -71,9 +71,9 @@ def worker(first: str, stop: threading.Event) -> None:
     """Drive the chain's latest run whenever it has an update waiting for its pass."""
     from django.db import connection
 
-    from pikku_workflows.engine.replay.orchestrator import orchestrate
     from pikku_workflows.engine.store.continue_transitions import latest_in_chain
     from pikku_workflows.models import WorkflowUpdate
+    from pikku_workflows.tasks import orchestrate
 
     try:
         while not stop.is_set():

@@ -12,10 +12,12 @@ from ...models import (
     WorkflowLimit,
     WorkflowRate,
     WorkflowRun,
+    WorkflowSignal,
     WorkflowSlot,
     WorkflowSlotCount,
     WorkflowStep,
     WorkflowStepHistory,
+    WorkflowUpdate,
     WorkflowVersion,
 )
 from ...sql import quoted_table
@@ -31,6 +33,8 @@ def engine_names() -> dict[str, str]:
         "audit": quoted_table(WorkflowAuditEntry),
         "step": quoted_table(WorkflowStep),
         "history": quoted_table(WorkflowStepHistory),
+        "signal": quoted_table(WorkflowSignal),
+        "update": quoted_table(WorkflowUpdate),
         "version": quoted_table(WorkflowVersion),
         "slot": quoted_table(WorkflowSlot),
         "slot_count": quoted_table(WorkflowSlotCount),
