@@ -19,7 +19,6 @@ from ...registry import validate_step_key
 from ...status import StepKind, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_running_run_txn
-from ..store.notices import listening
 from ..store.signal_rows import deliver_signals_txn, wait_name
 from ..store.step_transitions import note_attempt_end, park_step_txn
 from .attempts import record_kept
@@ -85,18 +84,16 @@ def _held(
     """The wait `wait()` parks (or reads), after waiting in place up to `seconds` for a delivery
     announced on `wakes`. LISTEN comes first, so a delivery that commits after the wait's own
     commit is announced to this pass; one before it is taken by the wait's own commit."""
-    if wakes is None or seconds <= 0:
-        return wait()
+    wait_for_notice = None if wakes is None or seconds <= 0 else rp.listener.waiter(wakes)
     deadline = time.monotonic() + seconds
-    with listening(wakes) as wait_for_notice:
-        step = wait()
-        while (
-            wait_for_notice is not None
-            and step.status == StepStatus.WAITING
-            and (left := deadline - time.monotonic()) > 0
-        ):
-            wait_for_notice(left)
-            step = _read_step(rp, key)
+    step = wait()
+    while (
+        wait_for_notice is not None
+        and step.status == StepStatus.WAITING
+        and (left := deadline - time.monotonic()) > 0
+    ):
+        wait_for_notice(left)
+        step = _read_step(rp, key)
     return step
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
 
 from django.db import DatabaseError, connection
 
@@ -26,26 +28,63 @@ def listening(channel: str) -> Iterator[Callable[[float], None] | None]:
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         yield None
         return
-    # Here, not at the top: on SQLite psycopg may be installed without a libpq to load.
-    import psycopg
-
     with connection.cursor() as cursor:
         cursor.execute(f'LISTEN "{channel}"')
     listener = connection.connection
-
-    def wait_for_notice(seconds: float) -> None:
-        timeout = min(seconds, NOTICE_RECHECK_SECONDS)
-        try:
-            for _ in listener.notifies(timeout=timeout, stop_after=1):
-                return
-        except psycopg.Error:
-            # The connection broke while waiting: the next read reconnects, and the waits
-            # left are a bounded poll.
-            connection.close()
-            time.sleep(min(timeout, BROKEN_PAUSE_SECONDS))
+    wait_for_notice = partial(_wait_for_notice, listener)
 
     try:
         yield wait_for_notice
     finally:
         with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute(f'UNLISTEN "{channel}"')
+
+
+def _wait_for_notice(listener: Any, seconds: float) -> None:
+    """Wait on psycopg connection `listener` up to `seconds` (at most NOTICE_RECHECK_SECONDS)
+    for one notice."""
+    # Here, not at the top: on SQLite psycopg may be installed without a libpq to load.
+    import psycopg
+
+    timeout = min(seconds, NOTICE_RECHECK_SECONDS)
+    try:
+        for _ in listener.notifies(timeout=timeout, stop_after=1):
+            return
+    except psycopg.Error:
+        # The connection broke while waiting: the next read reconnects, and the waits left
+        # are a bounded poll.
+        connection.close()
+        time.sleep(min(timeout, BROKEN_PAUSE_SECONDS))
+
+
+class Listener:
+    """LISTENs this connection keeps across several waits (a pass waiting in place at each of
+    its `wf.receive`s: one LISTEN for the pass, not one per update), all UNLISTENed by `close`."""
+
+    def __init__(self) -> None:
+        self._channels: set[str] = set()
+        self._on: Any = None  # the psycopg connection the LISTENs were made on
+
+    def waiter(self, channel: str) -> Callable[[float], None] | None:
+        """LISTEN on `channel` (once); the value waits up to the seconds given for a notice on
+        any of this listener's channels (a spare one costs its caller a read). None where notices
+        do not apply (not PostgreSQL, or inside a transaction)."""
+        if connection.vendor != "postgresql" or connection.in_atomic_block:
+            return None
+        connection.ensure_connection()
+        if self._on is not connection.connection:
+            self._channels.clear()  # a new connection listens to nothing yet
+            self._on = connection.connection
+        if channel not in self._channels:
+            with connection.cursor() as cursor:
+                cursor.execute(f'LISTEN "{channel}"')
+            self._channels.add(channel)
+        return partial(_wait_for_notice, self._on)
+
+    def close(self) -> None:
+        if self._channels and self._on is connection.connection:
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                for channel in self._channels:
+                    cursor.execute(f'UNLISTEN "{channel}"')
+        self._channels.clear()
+        self._on = None
