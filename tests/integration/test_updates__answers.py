@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
-from pikku_workflows.engine.store import notices
 from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store import notices
 from pikku_workflows.models import WorkflowRun, WorkflowSignal, WorkflowUpdate
 from tests.concurrency.harness import elsewhere
 from tests.conftest import wait_until
