@@ -9,6 +9,7 @@ import threading
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django_q.models import OrmQ
 
 import pikku_workflows as pw
 from pikku_workflows.engine.operations.step_execution import run_pass
@@ -106,8 +107,12 @@ def worker_statements(run_id, updates: int) -> list[str]:
 def test_worker_pass__takes_the_next_updates_in_place(cart, settings):
     settings.PIKKU_WORKFLOWS = {**settings.PIKKU_WORKFLOWS, "RECEIVE_HOLD_SECONDS": 10}
     two, four = (pw.start_workflow(cart, {"items": items}) for items in (2, 4))
+    messages = OrmQ.objects.count()
 
     short, long = worker_statements(two, 2), worker_statements(four, 4)
+
+    # Each update asked the pass holding the lease for one more pass, not the queue for one.
+    assert OrmQ.objects.count() == messages
 
     for run_id in (two, four):
         assert WorkflowRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
@@ -116,6 +121,20 @@ def test_worker_pass__takes_the_next_updates_in_place(cart, settings):
     for statements in (short, long):
         assert sum(sql.startswith(takes_lease) for sql in statements) == 1
     assert (len(long) - len(short)) / 2 == IN_PLACE_STATEMENTS, "\n".join(long)
+
+
+def test_worker_pass__with_nothing_to_take_parks_when_its_wait_runs_out(cart, settings):
+    settings.PIKKU_WORKFLOWS = {**settings.PIKKU_WORKFLOWS, "RECEIVE_HOLD_SECONDS": 0.2}
+    run_id = pw.start_workflow(cart, {"items": 2})
+
+    statements = statements_of(lambda: run_pass(run_id))
+
+    assert parked_at_receive(run_id)
+    assert [sql.split()[0] for sql in statements if "LISTEN" in sql.split()[0]] == [
+        "LISTEN",
+        "UNLISTEN",
+    ]
+    assert WorkflowRun.objects.get(pk=run_id).lease_holder is None
 
 
 def test_worker_pass__without_a_hold_parks_at_once(cart, settings):
