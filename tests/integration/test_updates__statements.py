@@ -22,9 +22,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 # Round trips, BEGIN and COMMIT included. The accept of an update a `wf.receive` is waiting for:
 # the chain and its latest run (1); in one transaction (2) the run's lock (1), the update kept
-# (1), the hand-over to the wait (5: the waits, the kept signals, the step, its history row,
-# the signal), the audit row with the wake and the queue message (1).
-ACCEPT_STATEMENTS = 11
+# (1), its hand-over to the wait (1: the step, its history row, the signal), the audit row with
+# the wake and the run's next pass (1).
+ACCEPT_STATEMENTS = 7
 # A pass that answers one update: the run (1), its lease (1), its steps (1), its answered
 # updates (1), the answer (1), the next wait in one transaction (2): the lease checked under the
 # run's lock (1), the step and its history row (2), the waits and kept signals (2); the lease's

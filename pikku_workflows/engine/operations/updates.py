@@ -32,8 +32,13 @@ from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_run_for_signals_txn
 from ..store.continue_transitions import chain_and_latest_run, chain_from
 from ..store.notices import NOTICE_RECHECK_SECONDS, listening
-from ..store.signal_rows import deliver_signals_txn
-from ..store.update_transitions import announce_update_txn, answer_channel, keep_update_txn
+from ..store.signal_rows import hand_over_signal_txn
+from ..store.update_transitions import (
+    announce_update_txn,
+    answer_channel,
+    keep_update_txn,
+    update_signal_name,
+)
 from .reads import run_pk
 from .runs import checked_user
 from .signals import check_may_signal, lock_latest_run_txn
@@ -145,14 +150,15 @@ def _accept(chain: list[Any], name: str, update_id: str, payload: Any, by: Any) 
                 message=f"Run {latest} already holds {limit} "
                 f"updates no reply answered (MAX_PENDING_UPDATES): {name!r} refused.",
             )
-        taken = deliver_signals_txn(latest)
-        step = next((step for sent, step in taken if sent.pk == kept.signal), None)
+        handed = hand_over_signal_txn(latest, update_signal_name(name))
+        ours = handed is not None and handed.signal == kept.signal
         audit = {
             "update": name,
             "update_id": update_id,
-            "taken_by_step": step.step_key if step is not None else None,
+            "taken_by_step": handed.step_key if handed is not None and ours else None,
         }
-        announce_update_txn(latest, step, audit, by)
+        step = handed.step if handed is not None and ours else None
+        announce_update_txn(latest, step, handed is not None, audit, by)
     return kept.update
 
 

@@ -39,6 +39,7 @@ from ...status import (
     HISTORY_TIMESTAMP,
     RunStatus,
     StepDispatch,
+    StepKind,
     StepStatus,
     step_sources,
 )
@@ -555,3 +556,36 @@ def _raise_refused(step: WorkflowStep, target: str) -> None:
     if current["attempt"] != step.attempt:
         raise StepSuperseded(step.step_key, step.attempt)
     raise InvalidTransition(f"step {step.step_key!r}", current["status"], target)
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """A signal a wait took: the signal's id and the wait's step (id, key, attempt)."""
+
+    signal: int
+    step: Any
+    step_key: str
+    attempt: int
+
+
+def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
+    """Inside the run's lock (PostgreSQL): the oldest kept signal `name` handed to the oldest
+    wait for it in one statement, as `move_step_txn` moves the wait (`signal_rows` decides when
+    this applies); None when either is missing."""
+    assert transaction.get_connection().in_atomic_block
+    params: dict[str, Any] = {
+        "run_id": str(run_id),
+        "name": name,
+        "waiting": StepStatus.WAITING,
+        "succeeded": StepStatus.SUCCEEDED,
+        "signal_kind": StepKind.SIGNAL,
+        "now": timezone.now(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["hand_over_signal"], params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    handed = HandedOver(*row)
+    export_attempt_from_rows_after_commit(handed.step, handed.attempt)
+    return handed

@@ -114,17 +114,19 @@ def keep_update_txn(
     return KeptUpdate(None, pending, update.pk, signal.pk)
 
 
-def announce_update_txn(run_id: Any, step: Any, audit: dict[str, Any], by: Any) -> None:
-    """Inside the run's lock, once the update is kept and handed to the waits (`step`: the wait
-    that took it, or None): its `update` audit row; when a wait took it, the wake of a pass
-    waiting in place at `wf.receive` and the run's next pass (one statement on PostgreSQL with
-    the queue in its database: from the lease's live holder, else from a queue message)."""
+def announce_update_txn(
+    run_id: Any, step_id: Any, taken: bool, audit: dict[str, Any], by: Any
+) -> None:
+    """Inside the run's lock, once the update is kept and handed to the waits (`step_id`: the
+    wait that took it, or None; `taken`: a wait took a signal, this one or an older one): its
+    `update` audit row; when taken, the wake of a pass waiting in place at `wf.receive` and the
+    run's next pass (one statement on PostgreSQL with the queue in its database: from the
+    lease's live holder, else from a queue message)."""
     assert transaction.get_connection().in_atomic_block
-    taken = step is not None
     if on_postgresql() and queue_in_engine_database():
         params = {
             "run_id": str(run_id),
-            "step_id": str(step.pk) if taken else None,
+            "step_id": None if step_id is None else str(step_id),
             "action": UPDATE_ACTION,
             "audit": _json(audit),
             "by": by.pk if by is not None else None,
@@ -138,7 +140,7 @@ def announce_update_txn(run_id: Any, step: Any, audit: dict[str, Any], by: Any) 
             cursor.execute(STATEMENTS["announce_update"], params)
         return
     WorkflowAuditEntry.objects.create(
-        run_id=run_id, step=step, action=UPDATE_ACTION, user=by, payload=audit
+        run_id=run_id, step_id=step_id, action=UPDATE_ACTION, user=by, payload=audit
     )
     if taken:
         if on_postgresql():
