@@ -27,12 +27,12 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 ACCEPT_STATEMENTS = 7
 # A pass that answers one update: the run (1), its lease (1), its steps (1), its answered
 # updates (1), the answer (1), the next wait in one transaction (2): the lease checked under the
-# run's lock (1), the step and its history row (2), the waits and kept signals (2); the lease's
+# run's lock (1), the step and its history row (2), a kept update handed to it (1); the lease's
 # release (1).
-PASS_STATEMENTS = 13
+PASS_STATEMENTS = 12
 # Each update a worker's pass takes in place at its `wf.receive`: the step read after the wake
-# (1), the answer (1), the next wait in one transaction (7, as above).
-IN_PLACE_STATEMENTS = 9
+# (1), the answer (1), the next wait in one transaction (6, as above).
+IN_PLACE_STATEMENTS = 8
 
 
 @pytest.fixture

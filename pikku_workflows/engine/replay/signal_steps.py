@@ -19,11 +19,11 @@ from ...registry import validate_step_key
 from ...status import StepKind, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_running_run_txn
-from ..store.signal_rows import deliver_signals_txn, wait_name
+from ..store.signal_rows import hand_over_signal_txn, wait_name
 from ..store.step_transitions import note_attempt_end, park_step_txn
 from .attempts import record_kept
 from .queued import receive_hold_seconds
-from .replay_pass import ReplayPass, read_steps, step_ended_at
+from .replay_pass import ReplayPass, read_steps
 
 
 def run_wait_for_signal(
@@ -124,9 +124,10 @@ def _wait(
             from_step_key=from_key,
             wake_in_ms=timeout_ms,
         )
-        taken = [taker for _, taker in deliver_signals_txn(rp.run.pk) if taker.pk == step.pk]
-        if taken:
+        # Only this wait is new: a signal of its name is all this transaction can hand over.
+        handed = hand_over_signal_txn(rp.run.pk, name)
+        if handed is not None and handed.step == step.pk:
             step.refresh_from_db(fields=["status", "result", "wake_at"])
-            note_attempt_end(step, step_ended_at(taken[0]))
+            note_attempt_end(step, handed.ended_at)
     rp.steps[key] = step
     return step

@@ -67,7 +67,8 @@ def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
     if on_postgresql():
         return step_hand_over_signal_txn(run_id, name)
     for signal, step in deliver_signals_txn(run_id):
-        return HandedOver(signal.pk, step.pk, step.step_key, step.attempt)
+        ended_at = getattr(step, "ended_at", None)  # noted by the move (note_attempt_end)
+        return HandedOver(signal.pk, step.pk, step.step_key, step.attempt, ended_at)
     return None
 
 

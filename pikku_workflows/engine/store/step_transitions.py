@@ -560,12 +560,14 @@ def _raise_refused(step: WorkflowStep, target: str) -> None:
 
 @dataclass(frozen=True)
 class HandedOver:
-    """A signal a wait took: the signal's id and the wait's step (id, key, attempt)."""
+    """A signal a wait took: the signal's id, the wait's step (id, key, attempt) and when its
+    attempt ended (what `wf.now()` moves on to)."""
 
     signal: int
     step: Any
     step_key: str
     attempt: int
+    ended_at: datetime | None
 
 
 def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
@@ -586,6 +588,7 @@ def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    handed = HandedOver(*row)
+    signal, step, step_key, attempt = row
+    handed = HandedOver(signal, step, step_key, attempt, ended_at=params["now"])
     export_attempt_from_rows_after_commit(handed.step, handed.attempt)
     return handed
