@@ -3,12 +3,14 @@
 A cart run takes `add` updates (`wf.receive`, `wf.reply`) and hands over with
 `wf.continue_as_new` every `--link` steps. One client sends `--updates` updates one after the
 other with `pw.update(..., wait="completed")`; one worker thread in the same process runs the
-latest run's passes as the queue would (each pass replays the current link's history). Prints
-p50 and p99 of the round trip per link of the chain (flat across the chain is the point: no
-link replays more than `--link` steps), and the most steps any run recorded.
+latest run's passes with the queue's own task (`pikku_workflows.tasks.orchestrate`), so a pass
+waits in place at `wf.receive` for the next update as on a worker (`RECEIVE_HOLD_SECONDS`), and
+replays its link only when it starts. Prints p50 and p99 of the round trip per link of the chain
+(flat across the chain is the point), and the most steps any run recorded.
 
 The worker is a thread, not a `pikku_worker` process: the figures leave out the queue's
-latency and include the client and the worker sharing one interpreter.
+latency (a pass waiting in place needs no message) and include the client and the worker
+sharing one interpreter.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ def worker(first: str, stop: threading.Event) -> None:
     """Drive the chain's latest run whenever it has an update waiting for its pass."""
     from django.db import connection
 
-    from pikku_workflows.engine.replay.orchestrator import orchestrate
     from pikku_workflows.engine.store.continue_transitions import latest_in_chain
     from pikku_workflows.models import WorkflowUpdate
+    from pikku_workflows.tasks import orchestrate
 
     try:
         while not stop.is_set():

@@ -31,6 +31,11 @@ DEFAULTS: dict[str, Any] = {
     "IN_PLACE": True,
     "IN_PLACE_MAX_SECONDS": 1,
     "IN_PLACE_MAX_STEPS": 100,
+    # How long a worker's pass that reached a `wf.receive` with nothing to take waits there for
+    # the next update (taken in place, with no new pass and no replay) before parking the run;
+    # and the most one message's pass spends so (0: never wait; docs/long-lived-runs.md).
+    "RECEIVE_HOLD_SECONDS": 1,
+    "RECEIVE_HOLD_MAX_SECONDS": 30,
     # The most members one `wf.gather` (or items one `wf.map`), and the longest list a graph
     # node's for_each fans out over unless the node sets max_items.
     "MAX_FAN_OUT": 1000,

@@ -9,7 +9,7 @@ listed after it.
 operations, what adapters call:
 
 - `operations.updates`: `update`: a write that answers: validated in the caller, kept once per
-  `update_id`, taken by `wf.receive`, answered by `wf.reply`, waited for with a bounded poll.
+  `update_id`, taken by `wf.receive`, answered by `wf.reply`, waited for by its NOTIFY.
 - `operations.approvals`: deciding and reassigning approvals (`decide_approval`,
   `reassign_approval`): audited, judged under the approval's lock, refusals raised after their
   record commits.
@@ -56,8 +56,8 @@ replay, one pass of a run:
 - `replay.versions`: deploy safety: the definition a graph run started on, and what a
   non-deterministic replay does (`ON_NON_DETERMINISM`).
 - `replay.workflow`: the `wf` handle a body drives its run with.
-- `replay.update_steps`: what `wf.receive` (a wait at an engine key) and `wf.reply` (the answer
-  recorded once) do during a replay.
+- `replay.update_steps`: what `wf.receive` (a wait at an engine key, waited for in place by a
+  worker's pass) and `wf.reply` (the answer recorded once) do during a replay.
 - `replay.approval_steps`: what `wf.approval` does during a replay: open the approval, park,
   return its outcome.
 - `replay.signal_steps`: what `wf.wait_for_signal` does during a replay: park, take a kept
@@ -135,6 +135,8 @@ store, the tables:
 - `store.run_counts`: the fold of the run counts' changes (appended by triggers on the run
   table as runs are inserted, moved and deleted) into the counts, one statement a recovery
   pass (`run_counts.sql`).
+- `store.notices`: PostgreSQL notices waited for (LISTEN): an update's answer by its caller, the
+  next update by a pass waiting in place at `wf.receive`.
 - `store.tables`: the quoted table and column names the statements use.
 
 Rules that hold across it (tests/unit/test_engine__layout.py checks them): a run is failed only

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
-from pikku_workflows.engine.operations import updates as update_operations
 from pikku_workflows.engine.replay.orchestrator import orchestrate
+from pikku_workflows.engine.store import notices
 from pikku_workflows.models import WorkflowRun, WorkflowSignal, WorkflowUpdate
 from tests.concurrency.harness import elsewhere
 from tests.conftest import wait_until
@@ -78,7 +78,7 @@ def test_update__is_answered_by_the_run(cart):
 
 def test_update__the_caller_waits_for_the_answer_s_notice_not_a_poll(cart, monkeypatch):
     # Without its notice the caller would read the row again only after this long.
-    monkeypatch.setattr(update_operations, "NOTICE_RECHECK_SECONDS", 600.0)
+    monkeypatch.setattr(notices, "NOTICE_RECHECK_SECONDS", 600.0)
     run_id = pw.start_workflow(cart, {"items": 1})
 
     def drive_later():

@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 def run_pass(run_id: Any) -> None:
     """The `orchestrate` task: one pass of the run, handling its message."""
-    with handling_message(), _abandoned_quietly(f"the pass of run {run_id}"):
+    with handling_message(holds_receives=True), _abandoned_quietly(f"the pass of run {run_id}"):
         orchestrate(run_id)
 
 

@@ -7,18 +7,15 @@ its NOTIFY on PostgreSQL, polling elsewhere (docs/long-lived-runs.md).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 
 from ...conf import pikku_settings
-from ...dispatch import enqueue_orchestration
 from ...durations import parse_duration
 from ...exceptions import (
     InvalidInput,
@@ -27,18 +24,20 @@ from ...exceptions import (
     UpdateRejected,
     UpdateTimeout,
 )
-from ...models import WorkflowAuditEntry, WorkflowRun, WorkflowUpdate
+from ...models import WorkflowUpdate
 from ...registry import registry
 from ...serialization import NotStorableJson, round_trip
-from ...status import TERMINAL_RUN_STATUSES
+from ...status import TERMINAL_RUN_STATUSES, RunStatus
 from ...validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, checked_text
-from ..store.continue_transitions import chain_from, latest_in_chain
-from ..store.signal_rows import deliver_signals_txn
+from ..store.claims import lock_run_for_signals_txn
+from ..store.continue_transitions import chain_and_latest_run, chain_from
+from ..store.notices import NOTICE_RECHECK_SECONDS, listening
+from ..store.signal_rows import hand_over_signal_txn
 from ..store.update_transitions import (
-    accept_update_txn,
+    announce_update_txn,
     answer_channel,
-    existing_update_txn,
-    pending_update_count_txn,
+    keep_update_txn,
+    update_signal_name,
 )
 from .reads import run_pk
 from .runs import checked_user
@@ -52,9 +51,6 @@ WAITS = ("completed", "accepted")
 POLL_FIRST_SECONDS = 0.002
 POLL_GROWTH = 1.5
 POLL_MAX_SECONDS = 0.05
-# With notices, the row is read again at least this often all the same (a connection that
-# dropped its LISTEN, say, costs a second, not the whole timeout).
-NOTICE_RECHECK_SECONDS = 1.0
 
 
 def update(
@@ -87,51 +83,66 @@ def update(
     by = checked_user(by, "by")
     if by is not None:
         check_may_signal(pk, name, by)  # who may signal a run may update it
-    _validate(pk, name, payload)
-    accepted = _accept(pk, name, update_id, payload, by)
+    chain = _validate(pk, name, payload)
+    accepted = _accept(chain, name, update_id, payload, by)
     if wait == "accepted":
         return update_id
     return _answer(accepted, update_id, seconds)
 
 
-def _validate(pk: Any, name: str, payload: Any) -> None:
-    """Run the workflow's validator for `name` against the latest run of the chain."""
-    run = WorkflowRun.objects.filter(pk=latest_in_chain(pk)).values("workflow", "input", "state")
-    found = run.first()
+def _validate(pk: Any, name: str, payload: Any) -> list[Any]:
+    """Run the workflow's validator for `name` against the latest run of the chain; returns the
+    chain (`chain_from`)."""
+    found = chain_and_latest_run(pk)
     if found is None:
         raise RunNotFound(pk)
-    definition = registry.workflows.get(found["workflow"])
+    chain, latest = found
+    definition = registry.workflows.get(latest["workflow"])
     validator = None if definition is None else definition.updates.get(name)
     if validator is None:
-        raise InvalidInput(f"Workflow {found['workflow']!r} takes no update {name!r}.")
+        raise InvalidInput(f"Workflow {latest['workflow']!r} takes no update {name!r}.")
     try:
-        validator(found["input"], found["state"], payload)
+        validator(latest["input"], latest["state"], payload)
     except UpdateRejected:
         raise
     except Exception as exc:
         # A bug in the validator: the caller gets its message, not a 500, and it is logged.
         logger.exception("pikku_workflows: the validator of update %r raised", name)
         raise UpdateRejected(f"The validator of update {name!r} failed: {exc}") from exc
+    return chain
 
 
-def _accept(pk: Any, name: str, update_id: str, payload: Any, by: Any) -> int:
-    """The row of the update (the existing one for a repeated `update_id`)."""
+def _accept(chain: list[Any], name: str, update_id: str, payload: Any, by: Any) -> int:
+    """The row of the update (the existing one for a repeated `update_id`). `chain`: the runs
+    the validator found; one more link since (a hand-over meanwhile) is read again."""
     with transaction.atomic():
-        latest, status = lock_latest_run_txn(pk)
+        latest, status = chain[-1], lock_run_for_signals_txn(chain[-1])
+        if status == RunStatus.CONTINUED:
+            latest, status = lock_latest_run_txn(latest)
+            chain = chain_from(chain[0])
         if status is None:
-            raise RunNotFound(pk)
-        existing = existing_update_txn(chain_from(pk), update_id)
-        if existing is not None:
-            return existing.pk
-        if status in TERMINAL_RUN_STATUSES:
+            raise RunNotFound(chain[0])
+        limit = pikku_settings.MAX_PENDING_UPDATES
+        kept = keep_update_txn(
+            chain,
+            latest,
+            open=status not in TERMINAL_RUN_STATUSES,
+            limit=limit,
+            name=name,
+            update_id=update_id,
+            payload=payload,
+            by=by,
+        )
+        if kept.existing is not None:
+            return kept.existing
+        if kept.update is None and status in TERMINAL_RUN_STATUSES:
             raise InvalidTransition(
                 f"run {latest}",
                 status,
                 "updated",
                 message=f"Run {latest} is {status}: it takes no more updates ({name!r} refused).",
             )
-        limit = pikku_settings.MAX_PENDING_UPDATES
-        if pending_update_count_txn(latest) >= limit:
+        if kept.update is None:
             raise InvalidTransition(
                 f"run {latest}",
                 status,
@@ -139,23 +150,16 @@ def _accept(pk: Any, name: str, update_id: str, payload: Any, by: Any) -> int:
                 message=f"Run {latest} already holds {limit} "
                 f"updates no reply answered (MAX_PENDING_UPDATES): {name!r} refused.",
             )
-        accepted = accept_update_txn(latest, name, update_id, payload, by)
-        taken = deliver_signals_txn(latest)
-        step = next((step for sent, step in taken if sent.pk == accepted.signal_id), None)
-        WorkflowAuditEntry.objects.create(
-            run_id=latest,
-            step=step,
-            action="update",
-            user=by,
-            payload={
-                "update": name,
-                "update_id": update_id,
-                "taken_by_step": step.step_key if step is not None else None,
-            },
-        )
-        if taken:
-            enqueue_orchestration(latest)  # after the commit
-    return accepted.pk
+        handed = hand_over_signal_txn(latest, update_signal_name(name))
+        ours = handed is not None and handed.signal == kept.signal
+        audit = {
+            "update": name,
+            "update_id": update_id,
+            "taken_by_step": handed.step_key if handed is not None and ours else None,
+        }
+        step = handed.step if handed is not None and ours else None
+        announce_update_txn(latest, step, handed is not None, audit, by)
+    return kept.update
 
 
 def _answer(update_pk: int, update_id: str, seconds: float | None) -> Any:
@@ -163,7 +167,7 @@ def _answer(update_pk: int, update_id: str, seconds: float | None) -> Any:
     so an answer committed in between is read, not missed), elsewhere by a growing poll."""
     deadline = None if seconds is None else time.monotonic() + seconds
     delay = POLL_FIRST_SECONDS
-    with _listening(answer_channel(update_pk)) as wait_for_notice:
+    with listening(answer_channel(update_pk)) as wait_for_notice:
         while True:
             row = WorkflowUpdate.objects.filter(pk=update_pk)
             answer = row.values("completed_at", "result").first()
@@ -181,36 +185,3 @@ def _answer(update_pk: int, update_id: str, seconds: float | None) -> Any:
                 continue
             time.sleep(delay if left is None else min(delay, left))
             delay = min(delay * POLL_GROWTH, POLL_MAX_SECONDS)
-
-
-@contextlib.contextmanager
-def _listening(channel: str) -> Iterator[Callable[[float], None] | None]:
-    """While inside, this connection LISTENs on `channel` (PostgreSQL, outside a transaction:
-    a LISTEN inside one would wait for its commit), and the value waits up to the seconds given
-    for a notice, at most NOTICE_RECHECK_SECONDS; None where notices do not apply."""
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        yield None
-        return
-    # Here, not at the top: on SQLite psycopg may be installed without a libpq to load.
-    import psycopg
-
-    with connection.cursor() as cursor:
-        cursor.execute(f'LISTEN "{channel}"')
-    listener = connection.connection
-
-    def wait_for_notice(seconds: float) -> None:
-        timeout = min(seconds, NOTICE_RECHECK_SECONDS)
-        try:
-            for _ in listener.notifies(timeout=timeout, stop_after=1):
-                return
-        except psycopg.Error:
-            # The connection broke while waiting: the next read reconnects, and the waits
-            # left are a bounded poll.
-            connection.close()
-            time.sleep(min(timeout, POLL_MAX_SECONDS))
-
-    try:
-        yield wait_for_notice
-    finally:
-        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-            cursor.execute(f'UNLISTEN "{channel}"')

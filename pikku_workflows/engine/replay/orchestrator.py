@@ -183,6 +183,7 @@ def _replay(
             ended = _run_body(run, holder, rp, body)
     finally:
         rp.event_loop.close()
+        rp.listener.close()
     return ended, ended or rp.lease_released
 
 

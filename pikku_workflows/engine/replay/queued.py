@@ -55,6 +55,8 @@ class HandledMessage:
     began: float
     deadline: float | None
     in_place_steps: int = 0
+    # An orchestrator pass's message: its pass may wait in place at a `wf.receive`.
+    holds_receives: bool = False
 
     def budget_left(self) -> bool:
         elapsed = time.monotonic() - self.began
@@ -100,6 +102,9 @@ class InPlaceHold:
 
 
 in_place_hold = InPlaceHold()
+# A pass waiting at a `wf.receive` stops this long before django-q2's time for its message ends,
+# leaving the rest of the pass (the reply, the park) time to finish.
+RECEIVE_HOLD_MARGIN_SECONDS = 5.0
 _message: ContextVar[HandledMessage | None] = ContextVar("pikku_handled_message", default=None)
 _shutting_down = threading.Event()
 _idle = threading.Event()  # no message is being handled in this process
@@ -107,13 +112,14 @@ _idle.set()
 
 
 @contextlib.contextmanager
-def handling_message() -> Iterator[HandledMessage]:
+def handling_message(*, holds_receives: bool = False) -> Iterator[HandledMessage]:
     """While inside, this process handles one queue message (a task entry point): steps its
-    passes reach may run in place."""
+    passes reach may run in place, and with `holds_receives` (an orchestrator pass's message)
+    the pass may wait in place at a `wf.receive` for its next update."""
     worker = current_worker_message()
     began = time.monotonic()
     deadline = None if worker.timeout_seconds is None else began + worker.timeout_seconds
-    message = HandledMessage(worker.cluster, began, deadline)
+    message = HandledMessage(worker.cluster, began, deadline, holds_receives=holds_receives)
     token = _message.set(message)
     _idle.clear()
     try:
@@ -146,6 +152,25 @@ def runs_in_place(definition: StepFunctionDefinition, timeout_ms: int | None) ->
         return False
     message.in_place_steps += 1
     return True
+
+
+def receive_hold_seconds() -> float:
+    """How long the pass may wait in place at a `wf.receive` with nothing to take (0: it parks
+    the run at once): only a worker's orchestrator pass, while it may run work in place, never
+    past `RECEIVE_HOLD_MAX_SECONDS` of its message nor close to django-q2's time for it."""
+    message = _message.get()
+    if (
+        message is None
+        or not message.holds_receives
+        or not pikku_settings.IN_PLACE
+        or _shutting_down.is_set()
+        or in_place_hold.holds(message)
+    ):
+        return 0.0
+    ends = message.began + pikku_settings.RECEIVE_HOLD_MAX_SECONDS
+    if message.deadline is not None:
+        ends = min(ends, message.deadline - RECEIVE_HOLD_MARGIN_SECONDS)
+    return max(0.0, min(float(pikku_settings.RECEIVE_HOLD_SECONDS), ends - time.monotonic()))
 
 
 def dispatch_new_step(

@@ -22,6 +22,7 @@ from ...models import WorkflowRun, WorkflowStep
 from ...serialization import round_trip
 from ...step_keys import ordinal_key
 from ...validation import KEY_MAX_LENGTH
+from ..store.notices import Listener
 from ..store.run_state import checked_state, merge_run_state
 from ..store.step_transitions import UnrecordedSuccess
 from .event_loop import OwnedEventLoop
@@ -149,6 +150,8 @@ class ReplayPass:
     # The ids of the run's answered updates, read at the pass's first `wf.reply`: a replayed
     # reply of one of them writes nothing (update_steps.py).
     answered_updates: set[str] | None = None
+    # The LISTENs of the pass's waits in place at `wf.receive`; the orchestrator closes it.
+    listener: Listener = field(default_factory=Listener)
 
     def __post_init__(self) -> None:
         self.cursor = Cursor(Counter(), None, self.run.created_at)

@@ -4,6 +4,8 @@ reaches return the payload it got, or raise `SignalTimeout` (which the body may 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,10 +19,11 @@ from ...registry import validate_step_key
 from ...status import StepKind, StepStatus
 from ...validation import NAME_MAX_LENGTH, checked_text
 from ..store.claims import lock_running_run_txn
-from ..store.signal_rows import deliver_signals_txn, wait_name
+from ..store.signal_rows import hand_over_signal_txn, wait_name
 from ..store.step_transitions import note_attempt_end, park_step_txn
 from .attempts import record_kept
-from .replay_pass import ReplayPass, step_ended_at
+from .queued import receive_hold_seconds
+from .replay_pass import ReplayPass, read_steps
 
 
 def run_wait_for_signal(
@@ -31,17 +34,36 @@ def run_wait_for_signal(
     return wait_at(rp, key, name, timeout)
 
 
-def wait_at(rp: ReplayPass, key: str, name: str, timeout: int | str | timedelta | None) -> Any:
-    """`wf.wait_for_signal` at a key the caller checked (the engine's own, for `wf.receive`)."""
+def wait_at(
+    rp: ReplayPass,
+    key: str,
+    name: str,
+    timeout: int | str | timedelta | None,
+    *,
+    wakes: str | None = None,
+) -> Any:
+    """`wf.wait_for_signal` at a key the caller checked (the engine's own, for `wf.receive`).
+    `wakes`: the channel a delivery to this wait is announced on; a worker's pass then waits
+    for it in place for a while (`receive_hold_seconds`) before parking the run."""
     timeout_ms = None if timeout is None else parse_duration(timeout, what="signal timeout")
     physical, from_key = rp.allocate_key(key)
     step = rp.steps.get(physical)
     if step is not None and (step.kind != StepKind.SIGNAL or wait_name(step) != name):
         recorded = f"signal {wait_name(step)!r}" if step.kind == StepKind.SIGNAL else step.kind
         raise NonDeterministicReplay(physical, recorded, f"signal {name!r}")
+    hold = 0.0 if wakes is None or rp.cursor.path else receive_hold_seconds()
     if step is None or step.status == StepStatus.PENDING:
         # First reach, or a new attempt after retry_run re-armed a timed-out wait.
-        step = _wait(rp, physical, from_key, name, timeout_ms, step)
+        waiting = step
+        step = _held(
+            rp,
+            physical,
+            wakes,
+            hold,
+            lambda: _wait(rp, physical, from_key, name, timeout_ms, waiting),
+        )
+    elif step.status == StepStatus.WAITING and hold:
+        step = _held(rp, physical, wakes, hold, lambda: _read_step(rp, physical))
     if step.status == StepStatus.SUCCEEDED:
         rp.consume(step)
         return step.result
@@ -50,6 +72,35 @@ def wait_at(rp: ReplayPass, key: str, name: str, timeout: int | str | timedelta 
         message = (step.error or {}).get("message") or None
         raise SignalTimeout(message, step_key=physical, signal=name)
     raise RunParked(physical)
+
+
+def _held(
+    rp: ReplayPass,
+    key: str,
+    wakes: str | None,
+    seconds: float,
+    wait: Callable[[], WorkflowStep],
+) -> WorkflowStep:
+    """The wait `wait()` parks (or reads), after waiting in place up to `seconds` for a delivery
+    announced on `wakes`. LISTEN comes first, so a delivery that commits after the wait's own
+    commit is announced to this pass; one before it is taken by the wait's own commit."""
+    wait_for_notice = None if wakes is None or seconds <= 0 else rp.listener.waiter(wakes)
+    deadline = time.monotonic() + seconds
+    step = wait()
+    while (
+        wait_for_notice is not None
+        and step.status == StepStatus.WAITING
+        and (left := deadline - time.monotonic()) > 0
+    ):
+        wait_for_notice(left)
+        step = _read_step(rp, key)
+    return step
+
+
+def _read_step(rp: ReplayPass, key: str) -> WorkflowStep:
+    step = read_steps(rp.run.pk, step_key=key)[key]
+    rp.steps[key] = step
+    return step
 
 
 def _wait(
@@ -73,9 +124,10 @@ def _wait(
             from_step_key=from_key,
             wake_in_ms=timeout_ms,
         )
-        taken = [taker for _, taker in deliver_signals_txn(rp.run.pk) if taker.pk == step.pk]
-        if taken:
+        # Only this wait is new: a signal of its name is all this transaction can hand over.
+        handed = hand_over_signal_txn(rp.run.pk, name)
+        if handed is not None and handed.step == step.pk:
             step.refresh_from_db(fields=["status", "result", "wake_at"])
-            note_attempt_end(step, step_ended_at(taken[0]))
+            note_attempt_end(step, handed.ended_at)
     rp.steps[key] = step
     return step

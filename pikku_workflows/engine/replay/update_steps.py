@@ -13,7 +13,12 @@ from ...exceptions import InvalidInput
 from ...serialization import NotStorableJson, round_trip
 from ...updates import Update
 from ...validation import NAME_MAX_LENGTH, checked_text
-from ..store.update_transitions import answered_update_ids, complete_update, update_signal_name
+from ..store.update_transitions import (
+    answered_update_ids,
+    complete_update,
+    receive_channel,
+    update_signal_name,
+)
 from .attempts import record_kept
 from .replay_pass import ReplayPass
 from .signal_steps import wait_at
@@ -21,7 +26,8 @@ from .signal_steps import wait_at
 
 def run_receive(rp: ReplayPass, name: str, timeout: int | str | timedelta | None) -> Update:
     checked_text(name, "An update name", max_length=NAME_MAX_LENGTH)
-    message = wait_at(rp, f"__receive:{name}", update_signal_name(name), timeout)
+    wakes = receive_channel(rp.run.pk)
+    message = wait_at(rp, f"__receive:{name}", update_signal_name(name), timeout, wakes=wakes)
     return Update(message["id"], message["name"], message["payload"], message["by"])
 
 

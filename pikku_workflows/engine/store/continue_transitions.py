@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,28 @@ def chain_from(run_id: Any) -> list[Any]:
     while (successor := successor_of(chain[-1])) is not None:
         chain.append(successor)
     return chain
+
+
+def chain_and_latest_run(run_id: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """The chain from `run_id` (`chain_from`) and its latest run's workflow, input and state;
+    None for an unknown run. On PostgreSQL one statement."""
+    if not on_postgresql():
+        chain = chain_from(run_id)
+        latest = WorkflowRun.objects.filter(pk=chain[-1]).values("workflow", "input", "state")
+        found = latest.first()
+        return None if found is None else (chain, dict(found))
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["chain_and_latest_run"], {"run_id": run_id})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    chain, workflow, input, state = row
+    return chain, {"workflow": workflow, "input": _loaded(input), "state": _loaded(state)}
+
+
+def _loaded(column: Any) -> Any:
+    # Django reads jsonb as text (its JSONField parses it); so does this cursor.
+    return json.loads(column) if isinstance(column, str) else column
 
 
 def latest_in_chain(run_id: Any) -> Any:

@@ -18,7 +18,9 @@ from ...models import WorkflowSignal, WorkflowStep
 from ...querysets import DatabaseNow
 from ...serialization import describe_error
 from ...status import StepStatus
-from .step_transitions import move_step_txn
+from .step_transitions import HandedOver, move_step_txn
+from .step_transitions import hand_over_signal_txn as step_hand_over_signal_txn
+from .transitions import on_postgresql
 
 
 def keep_signal_txn(run_id: Any, name: str, payload: Any, by: Any) -> WorkflowSignal:
@@ -53,6 +55,21 @@ def deliver_signals_txn(run_id: Any) -> list[tuple[WorkflowSignal, WorkflowStep]
                 break
             delivered.append((signal, step))
     return delivered
+
+
+def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
+    """Inside the run's lock, once a signal `name` is kept: the oldest kept signal of that name
+    handed to the oldest wait for it (None when either is missing). Each transaction that keeps
+    a signal or parks a wait hands over what it can, so no other name has a pair waiting: one
+    statement on PostgreSQL (`step_transitions.hand_over_signal_txn`), elsewhere
+    `deliver_signals_txn`."""
+    assert transaction.get_connection().in_atomic_block
+    if on_postgresql():
+        return step_hand_over_signal_txn(run_id, name)
+    for signal, step in deliver_signals_txn(run_id):
+        ended_at = getattr(step, "ended_at", None)  # noted by the move (note_attempt_end)
+        return HandedOver(signal.pk, step.pk, step.step_key, step.attempt, ended_at)
+    return None
 
 
 def _first_taker(waiting: list[WorkflowStep], signal: WorkflowSignal) -> WorkflowStep | None:

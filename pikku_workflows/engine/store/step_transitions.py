@@ -42,6 +42,7 @@ from ...status import (
     HISTORY_TIMESTAMP,
     RunStatus,
     StepDispatch,
+    StepKind,
     StepStatus,
     step_sources,
 )
@@ -600,3 +601,39 @@ def _raise_refused(step: WorkflowStep, target: str) -> None:
     if current["attempt"] != step.attempt:
         raise StepSuperseded(step.step_key, step.attempt)
     raise InvalidTransition(f"step {step.step_key!r}", current["status"], target)
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """A signal a wait took: the signal's id, the wait's step (id, key, attempt) and when its
+    attempt ended (what `wf.now()` moves on to)."""
+
+    signal: int
+    step: Any
+    step_key: str
+    attempt: int
+    ended_at: datetime | None
+
+
+def hand_over_signal_txn(run_id: Any, name: str) -> HandedOver | None:
+    """Inside the run's lock (PostgreSQL): the oldest kept signal `name` handed to the oldest
+    wait for it in one statement, as `move_step_txn` moves the wait (`signal_rows` decides when
+    this applies); None when either is missing."""
+    assert transaction.get_connection().in_atomic_block
+    params: dict[str, Any] = {
+        "run_id": str(run_id),
+        "name": name,
+        "waiting": StepStatus.WAITING,
+        "succeeded": StepStatus.SUCCEEDED,
+        "signal_kind": StepKind.SIGNAL,
+        "now": timezone.now(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(STATEMENTS["hand_over_signal"], params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    signal, step, step_key, attempt = row
+    handed = HandedOver(signal, step, step_key, attempt, ended_at=params["now"])
+    export_attempt_from_rows_after_commit(handed.step, handed.attempt)
+    return handed

@@ -188,3 +188,44 @@ SELECT claimed.*, (SELECT started_by FROM guard) AS started_by_name,
     (SELECT workflow FROM guard) AS workflow_name,
     (SELECT queued_at FROM history) AS attempt_queued_at
 FROM claimed
+
+-- name: hand_over_signal
+-- Inside run %(run_id)s's lock, once a signal %(name)s is kept: the oldest signal of that name
+-- no wait took handed to the oldest wait for it, as `deliver_signals_txn` hands it (the wait
+-- succeeds with the signal's payload, its attempt's history row stamped %(now)s, the signal
+-- consumed by it). One row (signal id, step id, step key, attempt), or none when either is
+-- missing.
+WITH wait AS (
+    SELECT id, attempt FROM {step}
+    WHERE run_id = %(run_id)s::uuid AND status = %(waiting)s AND kind = %(signal_kind)s
+        AND data ->> 'signal' = %(name)s
+    ORDER BY created_at, step_key
+    LIMIT 1
+),
+kept AS (
+    SELECT id, payload FROM {signal}
+    WHERE run_id = %(run_id)s::uuid AND name = %(name)s AND consumed_at IS NULL
+    ORDER BY id
+    LIMIT 1
+),
+taken AS (
+    UPDATE {step} AS step
+    SET status = %(succeeded)s, updated_at = CLOCK_TIMESTAMP(), result = kept.payload,
+        wake_at = NULL
+    FROM wait, kept
+    WHERE step.id = wait.id AND step.attempt = wait.attempt AND step.status = %(waiting)s
+    RETURNING step.id, step.step_key, step.attempt
+),
+stamped AS (
+    UPDATE {history} AS history
+    SET status = %(succeeded)s, result = kept.payload, succeeded_at = %(now)s
+    FROM taken, kept
+    WHERE history.step_id = taken.id AND history.attempt = taken.attempt
+),
+consumed AS (
+    UPDATE {signal} AS signal
+    SET consumed_by_step_id = taken.id, consumed_at = CLOCK_TIMESTAMP()
+    FROM taken, kept
+    WHERE signal.id = kept.id AND signal.consumed_at IS NULL
+)
+SELECT kept.id, taken.id, taken.step_key, taken.attempt FROM taken, kept

@@ -14,10 +14,12 @@ from ...models import (
     WorkflowRun,
     WorkflowRunCount,
     WorkflowRunCountChange,
+    WorkflowSignal,
     WorkflowSlot,
     WorkflowSlotCount,
     WorkflowStep,
     WorkflowStepHistory,
+    WorkflowUpdate,
     WorkflowVersion,
 )
 from ...sql import quoted_table
@@ -35,6 +37,8 @@ def engine_names() -> dict[str, str]:
         "audit": quoted_table(WorkflowAuditEntry),
         "step": quoted_table(WorkflowStep),
         "history": quoted_table(WorkflowStepHistory),
+        "signal": quoted_table(WorkflowSignal),
+        "update": quoted_table(WorkflowUpdate),
         "version": quoted_table(WorkflowVersion),
         "slot": quoted_table(WorkflowSlot),
         "slot_count": quoted_table(WorkflowSlotCount),
