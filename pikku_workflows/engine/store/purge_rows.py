@@ -211,7 +211,7 @@ def _one_statement() -> tuple[str, tuple[str, ...]]:
             "run": quoted_table(WorkflowRun),
             "deletes": ",\n".join(deletes.values()),
             "clears": ",\n".join(clears),
-            "counts": ", ".join(f"(SELECT count(*) FROM {name})" for name in deletes),
+            "counts": ", ".join(BLOCKS["count_of_cte"].body.format(name=name) for name in deletes),
         }
     )
     model_of = {name: model for model, names in deleted_by.items() for name in names}
@@ -225,7 +225,7 @@ def _cte_name(verb: str, number: int, reference: Reference) -> str:
 
 
 def _gone(ctes: list[str]) -> str:
-    return " UNION ALL ".join(f"SELECT gone FROM {name}" for name in ctes)
+    return " UNION ALL ".join(BLOCKS["gone_from_cte"].body.format(name=name) for name in ctes)
 
 
 def _names(model: type[Model], by: Reference | None = None) -> dict[str, str]:

@@ -65,3 +65,11 @@ SELECT {counts}
     UPDATE {table} SET {column} = NULL
     WHERE {column} = ANY(ARRAY({named})) AND {pk} <> ALL(ARRAY({deleted}))
 )
+
+-- name: gone_from_cte
+-- The ids the delete {name} (one of `purge_runs`' sub-statements) took.
+SELECT gone FROM {name}
+
+-- name: count_of_cte
+-- How many rows the delete {name} (one of `purge_runs`' sub-statements) took.
+(SELECT count(*) FROM {name})
