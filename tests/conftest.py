@@ -198,8 +198,8 @@ def flush_by_delete() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """pytest-django's test database, plus: commits that do not wait for the disk, and before
-    it is dropped, wake the lease heartbeat.
+    """pytest-django's test database, plus: commits that do not wait for the disk, sessions
+    in Django's time zone from the start, and before it is dropped, wake the lease heartbeat.
 
     `synchronous_commit = off` (set on the database, so worker subprocesses have it too) only
     gives up the last commits if the PostgreSQL server itself crashes, which no test does: what
@@ -215,6 +215,8 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
             name = connection.ops.quote_name(connection.settings_dict["NAME"])
             cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
             cursor.execute("SET synchronous_commit = off")
+            # Django's time zone for its sessions: a new connection needs no SET TIME ZONE.
+            cursor.execute(f"ALTER DATABASE {name} SET timezone = '{connection.timezone_name}'")
     yield
     from pikku_workflows.engine.store.leases import heartbeat
 

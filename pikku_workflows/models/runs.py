@@ -23,6 +23,7 @@ from ..status import (
 from ..validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from ..waiting import WaitingKind
 from .constraints import choice_check
+from .indexes import CoveringIndex
 
 
 class WorkflowRun(models.Model):
@@ -170,7 +171,7 @@ class WorkflowRun(models.Model):
             models.Index(fields=["waiting_on", "created_at"], name="pikku_run_waiting_created"),
             # With what the dashboard counts of the runs that ended in its window, so it reads
             # this index alone.
-            models.Index(
+            CoveringIndex(
                 fields=["finished_at"], include=["status", "workflow"], name="pikku_run_finished"
             ),
             # GET metrics/ counts the live runs by what they wait on from this index alone
@@ -197,7 +198,7 @@ class WorkflowRun(models.Model):
             ),
             # The stalled-run sweep scans running runs by age; GET metrics/ reads their ids
             # from it alone (runnable steps are steps of running runs).
-            models.Index(
+            CoveringIndex(
                 fields=["updated_at"],
                 include=["id"],
                 name="pikku_run_running_updated",
@@ -340,7 +341,7 @@ class WorkflowStepHistory(models.Model):
         ]
         indexes = [
             # The dashboard's attempts of a window (durations, queue lag), read from it alone.
-            models.Index(
+            CoveringIndex(
                 fields=["running_at"],
                 include=[
                     "step",

@@ -5,6 +5,7 @@ other commits; a client that reconnects after every event with Last-Event-ID."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -13,12 +14,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.api import event_watcher, events
+from pikku_workflows.api import event_watcher
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowStepHistory
 from pikku_workflows.status import StepStatus
-from tests.api.sse import EventStream
+from tests.api.sse import Event, parse_events
 from tests.api.test_api__events import events_url
-from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -94,25 +94,34 @@ class Writers:
             threading.Event().wait(0.005)
 
 
-@pytest.mark.timeout(600)  # a thousand HTTP reconnections
+def next_event(chunks: Iterator[bytes]) -> Event | None:
+    """The stream's next event (heartbeats skipped); None once it ended."""
+    for chunk in chunks:
+        if parsed := parse_events(chunk.decode()):
+            [event] = parsed  # the stream writes one event per chunk
+            return event
+    return None
+
+
+@pytest.mark.timeout(300)  # a thousand reconnections on a busy machine
 def test_events__reconnecting_after_every_event_gets_each_once_in_seq_order(
-    live_server, make_user, monkeypatch
+    client_for, make_user, fast_stream
 ):
-    monkeypatch.setattr(event_watcher, "TICK_SECONDS", 0.02)
-    monkeypatch.setattr(events, "HEARTBEAT_SECONDS", 0.2)  # a left stream's thread ends soon
-    make_user("watcher", "view_workflowrun")
+    # In process: each reconnection is the view and its stream, as a server runs them, without
+    # a socket; real HTTP's reconnection is test_api__events' over_http test.
+    api = client_for(make_user("watcher", "view_workflowrun"))
     run = WorkflowRun.objects.create(workflow="log.writers")
-    url = live_server.url + events_url(run.pk)
     writers = Writers(run)
     threads = [writers.start("late"), writers.start("early")]
 
     received: list[dict[str, Any]] = []
     last_id = -1
     while len(received) < EVENTS and not writers.failures:
-        stream = EventStream(url, "watcher", "pw", last_event_id=last_id)
-        summary = stream.next_event()
-        event = stream.next_event()
-        stream.close()
+        response = api.get(events_url(run.pk), HTTP_LAST_EVENT_ID=str(last_id))
+        chunks = iter(response.streaming_content)
+        summary = next_event(chunks)
+        event = next_event(chunks)
+        response.close()  # the client leaves
         assert summary is not None and (summary.event, summary.id) == ("summary", None)
         assert event is not None and event.event == "timeline", event
         assert event.id == event.data["seq"]
@@ -121,9 +130,8 @@ def test_events__reconnecting_after_every_event_gets_each_once_in_seq_order(
         writers.received = len(received)
     for thread in threads:
         thread.join(JOIN_TIMEOUT)
-    # The streams the client left end at their next heartbeat, and the watcher's connection
-    # with them.
-    wait_until(lambda: event_watcher.watcher.watched() == 0, what="the left streams to end")
+    # The streams the client left gave their watches back.
+    assert event_watcher.watcher.watched() == 0
 
     assert not writers.failures
     assert [event["seq"] for event in received] == list(range(EVENTS))

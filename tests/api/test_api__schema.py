@@ -33,7 +33,9 @@ pytestmark = pytest.mark.django_db
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 REGENERATE = "make openapi"
 # Examples per operation and generation mode: bounded, so the run adds seconds, not minutes.
-EXAMPLES = 12
+# Seeded, the invalid ones reach every (location, mutation, keyword, parameter) and every status
+# code of each operation by the 11th: a 12th added none (measured over the 38 operations).
+EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 11}
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -168,8 +170,8 @@ def wsgi_app() -> Any:
 def fuzz_every_operation(
     schema: Any, token: str, mode: GenerationMode, runs: list[str], approvals: list[str]
 ) -> None:
-    """Every operation of `schema`, EXAMPLES requests each in `mode`, each again against a real
-    run or approval when it names one: no server error, nothing the schema does not say."""
+    """Every operation of `schema`, EXAMPLES[mode] requests each in `mode`, each again against a
+    real run or approval when it names one: no server error, nothing the schema does not say."""
     headers = {"Authorization": f"Token {token}"}
     known_runs, known_approvals = itertools.cycle(runs), itertools.cycle(approvals)
     # A live run's event stream never ends: its summary is enough to check.
@@ -192,7 +194,7 @@ def fuzz_every_operation(
 
         @given(case=strategy)
         @settings(
-            max_examples=EXAMPLES,
+            max_examples=EXAMPLES[mode],
             derandomize=True,  # seeded: the same examples on every run
             database=None,
             deadline=None,

@@ -4,6 +4,7 @@ check's E004-E006), and never fails a run: until it is fixed, runs use the defau
 from __future__ import annotations
 
 import pytest
+from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
@@ -50,3 +51,14 @@ def test_startup__a_settings_mistake_never_fails_a_run(monkeypatch):
         run = pw.get_run_status(pw.start_workflow("settings_mistake.order", {}, inline=True))
     assert run["status"] == RunStatus.COMPLETED
     assert attempts == [1, 2, 3, 1, 2, 3]
+
+
+def test_startup__migrate_warns_of_nothing_of_ours_on_any_database():
+    # The checks `migrate` runs (with the database: what `make demo` shows a new user on SQLite).
+    messages = [
+        message
+        for message in checks.run_checks(databases=["default"])
+        if not message.is_silenced() and "pikku_workflows" in f"{message.id} {message.obj}"
+    ]
+
+    assert messages == []
