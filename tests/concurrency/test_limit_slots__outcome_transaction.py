@@ -159,7 +159,9 @@ def _step_workflow(name: str, function: str, **options: Any) -> None:
         ("retry_scheduled", {"retries": 2}, StepStatus.FAILED),
         ("failed_for_good", {"retries": 0}, StepStatus.FAILED),
         ("rate_limited", {"retries": 0}, StepStatus.FAILED),
-        ("timeout", {"retries": 0, "timeout": "1s"}, StepStatus.FAILED),
+        # Long enough for the pause to be set up first on a busy machine: an alarm inside it
+        # would stop the attempt before its code took the locks the observer waits on.
+        ("timeout", {"retries": 0, "timeout": "3s"}, StepStatus.FAILED),
     ],
 )
 def test_queued_attempt__its_outcome_and_its_freed_slot_commit_together(
@@ -175,7 +177,7 @@ def test_queued_attempt__its_outcome_and_its_freed_slot_commit_together(
         if path == "rate_limited":
             raise pw.RateLimited(retry_after="5s")
         if path == "timeout":
-            time.sleep(5)  # the step's timeout stops it
+            time.sleep(30)  # the step's timeout stops it
         raise RuntimeError("upstream down")
 
     _define("slots.atomic_call", call)
