@@ -30,7 +30,13 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = 
         time.sleep(0.02)
 
 
+# Tests that take seconds each: run first, so the parallel workers end together on short ones
+# instead of one of them finishing a long test alone at the end.
+LONG_MARKERS = ("e2e", "browser", "fuzz", "slow")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not any(marker in item.keywords for marker in LONG_MARKERS))
     if connection.vendor == "postgresql":
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL (running on the SQLite fallback)")

@@ -52,10 +52,18 @@ def _sight(step_id: Any) -> Sight:
     )
 
 
-def _blocking_pids(pid: int) -> list[int]:
+def _blocking_pids(pid: int) -> set[int]:
+    """Every backend `pid` waits on, directly or behind another waiter (the lease heartbeat's
+    renewal of the same step row may queue for the lock ahead of the recorder)."""
+    blocking: set[int] = set()
+    waiting = [pid]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_blocking_pids(%s)", [pid])
-        return list(cursor.fetchone()[0])
+        while waiting:
+            cursor.execute("SELECT pg_blocking_pids(%s)", [waiting.pop()])
+            found = set(cursor.fetchone()[0]) - blocking
+            blocking |= found
+            waiting.extend(found)
+    return blocking
 
 
 class PidHeldRowLock(HeldRowLock):
@@ -159,9 +167,7 @@ def _step_workflow(name: str, function: str, **options: Any) -> None:
         ("retry_scheduled", {"retries": 2}, StepStatus.FAILED),
         ("failed_for_good", {"retries": 0}, StepStatus.FAILED),
         ("rate_limited", {"retries": 0}, StepStatus.FAILED),
-        # Long enough for the pause to be set up first on a busy machine: an alarm inside it
-        # would stop the attempt before its code took the locks the observer waits on.
-        ("timeout", {"retries": 0, "timeout": "3s"}, StepStatus.FAILED),
+        ("timeout", {"retries": 0, "timeout": "1s"}, StepStatus.FAILED),
     ],
 )
 def test_queued_attempt__its_outcome_and_its_freed_slot_commit_together(
@@ -177,7 +183,7 @@ def test_queued_attempt__its_outcome_and_its_freed_slot_commit_together(
         if path == "rate_limited":
             raise pw.RateLimited(retry_after="5s")
         if path == "timeout":
-            time.sleep(30)  # the step's timeout stops it
+            time.sleep(5)  # the step's timeout stops it
         raise RuntimeError("upstream down")
 
     _define("slots.atomic_call", call)
