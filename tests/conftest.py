@@ -30,13 +30,28 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = 
         time.sleep(0.02)
 
 
-# Tests that take seconds each: run first, so the parallel workers end together on short ones
-# instead of one of them finishing a long test alone at the end.
+# Tests that take seconds each. Spread evenly through the run: pytest-xdist hands each worker a
+# contiguous share of the tests first, so in one block they would all go to one worker (or all
+# start together, each with its own worker subprocesses, on a machine of two cores).
 LONG_MARKERS = ("e2e", "browser", "fuzz", "slow")
 
 
+def spread_long_tests(items: list[pytest.Item]) -> list[pytest.Item]:
+    long = [item for item in items if any(marker in item.keywords for marker in LONG_MARKERS)]
+    if not long:
+        return items
+    long_ids = {id(item) for item in long}
+    short = [item for item in items if id(item) not in long_ids]
+    share = len(short) / len(long)
+    spread: list[pytest.Item] = []
+    for index, item in enumerate(long):
+        spread.append(item)
+        spread += short[round(index * share) : round((index + 1) * share)]
+    return spread
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not any(marker in item.keywords for marker in LONG_MARKERS))
+    items[:] = spread_long_tests(items)
     if connection.vendor == "postgresql":
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL (running on the SQLite fallback)")

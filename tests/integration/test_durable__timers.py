@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 EXECUTE_STEP = "pikku_workflows.tasks.execute_step"
 ORCHESTRATE = "pikku_workflows.tasks.orchestrate"
-DELAY = "300ms"
+# Long enough that the start and the queue's drain end before it on a busy machine: the tests
+# check the timer is not due yet first.
+DELAY = "1s"
 
 
 def step_of(run_id: str, key: str) -> WorkflowStep:
