@@ -175,20 +175,18 @@ def skewed_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.fixture(scope="session", autouse=True)
 def flush_by_delete() -> Iterator[None]:
-    """A transactional test's database is emptied with DELETE, not Django's TRUNCATE.
+    """A transactional test's database is emptied with DELETE, not Django's TRUNCATE, and on
+    either database the run counts' tables are emptied last: the run table's DELETE trigger
+    writes them, so emptied before it they would keep its deletes as negative counts.
 
-    TRUNCATE gives every table and index a new file and fsyncs each rebuilt index (some 80 per
-    flush), which took most of a second after every transactional test on a busy disk; a DELETE
-    of the few rows a test left is one commit. Every foreign key is deferred (Django creates
-    them so), so the order of the tables does not matter, but for the run counts' tables, which
-    the run table's DELETE trigger writes: they are emptied last. Sequence resets and CASCADE
-    (which no test asks for) keep Django's TRUNCATE.
+    On PostgreSQL TRUNCATE gives every table and index a new file and fsyncs each rebuilt index
+    (some 80 per flush), which took most of a second after every transactional test on a busy
+    disk; a DELETE of the few rows a test left is one commit. Every foreign key is deferred
+    (Django creates them so), so the order of the other tables does not matter. Sequence resets
+    and CASCADE (which no test asks for) keep Django's TRUNCATE. SQLite's flush is DELETE already.
     """
-    if connection.vendor != "postgresql":
-        yield
-        return
     operations = type(connection.ops)
-    truncate = operations.sql_flush
+    flush = operations.sql_flush
 
     def sql_flush(
         self: Any,
@@ -198,18 +196,17 @@ def flush_by_delete() -> Iterator[None]:
         reset_sequences: bool = False,
         allow_cascade: bool = False,
     ) -> list[str]:
-        if reset_sequences or allow_cascade:
-            return truncate(
-                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
-            )
         from pikku_workflows.models import WorkflowRunCount, WorkflowRunCountChange
 
-        delete = style.SQL_KEYWORD("DELETE FROM")
-        # The run table's DELETE trigger appends to the run counts' changes: those go last.
         written_by_triggers = {
             table._meta.db_table for table in (WorkflowRunCount, WorkflowRunCountChange)
         }
         ordered = sorted(tables, key=lambda table: table in written_by_triggers)
+        if self.connection.vendor != "postgresql" or reset_sequences or allow_cascade:
+            return flush(
+                self, style, ordered, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        delete = style.SQL_KEYWORD("DELETE FROM")
         return [f"{delete} {style.SQL_FIELD(self.quote_name(table))};" for table in ordered]
 
     with pytest.MonkeyPatch.context() as patch:

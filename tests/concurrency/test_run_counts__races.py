@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.models import Count, Q
 
 import pikku_workflows as pw
 from pikku_workflows.engine.store.run_counts import fold_run_count_changes
 from pikku_workflows.models import WorkflowRun, WorkflowRunCount, WorkflowRunCountChange
 from pikku_workflows.models.run_counts import current_run_counts
 from tests.concurrency.harness import JOIN_TIMEOUT, race
-from tests.retention import age, ended_order, register_shop
+from tests.retention import age, ended_order
+from tests.run_counts import counted_from_the_runs, register_counting_shop
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -26,21 +26,7 @@ RACES = 6
 
 @pytest.fixture(autouse=True)
 def shop() -> None:
-    register_shop()
-
-    @pw.workflow("counts.napping")
-    def napping(wf, input):
-        wf.sleep("nap", "1h")
-
-
-def counted_from_the_runs() -> dict[tuple[str, str, bool], int]:
-    rows = (
-        WorkflowRun.objects.order_by()
-        .annotate(top_level=Q(parent_run__isnull=True))
-        .values_list("workflow", "status", "top_level")
-        .annotate(n=Count("*"))
-    )
-    return {(workflow, status, top_level): n for workflow, status, top_level, n in rows}
+    register_counting_shop()
 
 
 def _failed_run() -> str:

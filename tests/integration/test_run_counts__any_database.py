@@ -6,35 +6,21 @@ recovery pass folds them."""
 from __future__ import annotations
 
 import pytest
-from django.db.models import Count, Q
 
 import pikku_workflows as pw
 from pikku_workflows.engine.operations.recovery import recover
 from pikku_workflows.engine.store.run_counts import fold_run_count_changes
 from pikku_workflows.models import WorkflowRun, WorkflowRunCount, WorkflowRunCountChange
 from pikku_workflows.models.run_counts import current_run_counts
-from tests.retention import age, ended_order, register_shop
+from tests.retention import age, ended_order
+from tests.run_counts import counted_from_the_runs, register_counting_shop
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def shop() -> None:
-    register_shop()
-
-    @pw.workflow("counts.napping")
-    def napping(wf, input):
-        wf.sleep("nap", "1h")
-
-
-def counted_from_the_runs() -> dict[tuple[str, str, bool], int]:
-    rows = (
-        WorkflowRun.objects.order_by()
-        .annotate(top_level=Q(parent_run__isnull=True))
-        .values_list("workflow", "status", "top_level")
-        .annotate(n=Count("*"))
-    )
-    return {(workflow, status, bool(top_level)): n for workflow, status, top_level, n in rows}
+    register_counting_shop()
 
 
 def folded_counts() -> dict[tuple[str, str, bool], int]:
