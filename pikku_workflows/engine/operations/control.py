@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, CharField, F, Value, When
+from django.db.models import Case, CharField, F, Q, Value, When
 
 from ... import events
 from ...dispatch import enqueue_orchestration
@@ -323,13 +323,18 @@ def _audit(
 def _requeue_txn(pk: uuid.UUID, before: str) -> bool:
     """Put a suspended run that was never admitted back in its key's queue and admit what the
     key has room for; False when the run was admitted before it was suspended."""
-    run = WorkflowRun.objects.filter(pk=pk).values("workflow", "concurrency_key").first()
+    run = (
+        WorkflowRun.objects.filter(pk=pk)
+        .annotate(time_ahead=Q(not_before__gt=DatabaseNow()))
+        .values("workflow", "concurrency_key", "time_ahead")
+        .first()
+    )
     if run is None:
         return False
     if run["concurrency_key"] is None:
         # Held only by time (a rate's or a debounce's): back in the queue until that time, which
         # the timer loop admits at; a time already past was its admission.
-        if not WorkflowRun.objects.filter(pk=pk, not_before__gt=DatabaseNow()).exists():
+        if not run["time_ahead"]:
             return False
         move_run(pk, RunStatus.QUEUED, expected=[before], error=None, debounce_key=None)
         return True
